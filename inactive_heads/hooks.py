@@ -1,0 +1,180 @@
+"""One hook vocabulary for scoring and intervention: ``hook_v``, ``hook_pattern``, ``hook_z``.
+
+:class:`HeadHookRunner` installs, on every attention layer, hooks that hold that layer's value
+vectors and pattern until its ``hook_z`` fires, then hand one :class:`LayerActivations` to a
+callback. The callback reduces them (recording) or returns a new ``z`` with heads zeroed
+(ablation). Nothing outlives its layer, so memory does not grow with depth.
+
+Also here: tokenization without special tokens, length-sorted right-padded batches, and the
+forward call that works for ``HookedTransformer`` and ``TransformerBridge`` alike.
+"""
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from .models import model_info
+from .scores import LayerActivations
+
+LayerCallback = Callable[[LayerActivations], Tensor | None]
+
+
+def hook_name(layer: int, name: str) -> str:
+    """``blocks.{layer}.attn.hook_{name}`` — the names both TransformerLens backends share."""
+    return f"blocks.{layer}.attn.hook_{name}"
+
+
+class StopForward(Exception):
+    """Raised by the last needed hook to skip the rest of the network (no MLP, no logits)."""
+
+
+class HeadHookRunner:
+    """Per-layer hooks that assemble :class:`LayerActivations` and pass them to ``on_layer``.
+
+    ``reads`` says which of ``pattern``/``v``/``z``/``W_O`` to capture (``z`` is always seen,
+    since the callback runs at ``hook_z``). If ``on_layer`` returns a tensor it replaces ``z``:
+    that is how ablation zeroes heads before ``W_O``. Call :meth:`set_batch` before each forward.
+    """
+
+    def __init__(
+        self,
+        model,
+        on_layer: LayerCallback,
+        *,
+        reads: Sequence[str] = ("pattern", "v", "z"),
+        seed: int = 0,
+        stop_after_last_layer: bool = False,
+    ):
+        self.model = model
+        self.info = model_info(model)
+        self.on_layer = on_layer
+        self.reads = set(reads)
+        self.seed = seed
+        self.stop_after_last_layer = stop_after_last_layer
+        self._valid: Tensor | None = None
+        self._sequence_ids: Tensor | None = None
+        self._held: dict[str, Tensor] = {}
+
+    def set_batch(self, valid: Bool[Tensor, "batch pos"], sequence_ids: Int[Tensor, " batch"]) -> None:
+        self._valid = valid
+        self._sequence_ids = sequence_ids
+
+    def _hold(self, key: str):
+        def hook(activation: Tensor, hook) -> None:
+            self._held[key] = activation
+
+        return hook
+
+    def _at_z(self, layer: int):
+        last = self.info.n_layers - 1
+
+        def hook(z: Tensor, hook) -> Tensor | None:
+            if self._valid is None:
+                raise RuntimeError("HeadHookRunner.set_batch() must be called before the forward pass")
+            acts = LayerActivations(
+                layer=layer,
+                n_heads=self.info.n_heads,
+                valid=self._valid.to(z.device),
+                sequence_ids=self._sequence_ids,
+                pattern=self._held.pop("pattern", None),
+                v_grouped=self._held.pop("v", None),
+                z=z,
+                W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
+                seed=self.seed,
+            )
+            new_z = self.on_layer(acts)
+            if self.stop_after_last_layer and layer == last:
+                raise StopForward
+            return new_z
+
+        return hook
+
+    def fwd_hooks(self) -> list[tuple[str, Callable]]:
+        hooks = []
+        for layer in range(self.info.n_layers):
+            if "v" in self.reads:
+                hooks.append((hook_name(layer, "v"), self._hold("v")))
+            if "pattern" in self.reads:
+                hooks.append((hook_name(layer, "pattern"), self._hold("pattern")))
+            hooks.append((hook_name(layer, "z"), self._at_z(layer)))
+        return hooks
+
+
+def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False) -> Tensor | None:
+    """Forward a right-padded batch with its attention mask; logits, or None if stopped early."""
+    mask = valid.to(dtype=torch.long, device=tokens.device)
+    try:
+        with torch.inference_mode():
+            return model(tokens, attention_mask=mask)
+    except StopForward:
+        if not stop_early:
+            raise
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenization and batching
+
+
+def tokenize(model, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
+    """Strings → token ids without special tokens (no BOS); token-id lists are used as given."""
+    if isinstance(inputs, str):
+        raise TypeError("inputs must be a list of strings or of token-id lists, not one string; wrap it: [text]")
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("inputs is empty; pass at least one string or token-id list")
+    out: list[list[int]] = []
+    tokenizer = model.tokenizer
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            ids = tokenizer(item, add_special_tokens=False)["input_ids"]
+        elif isinstance(item, Tensor):
+            ids = item.flatten().tolist()
+        else:
+            ids = [int(t) for t in item]
+        if not ids:
+            raise ValueError(f"input {i} is empty after tokenization; remove it or give it text")
+        out.append(ids)
+    n_ctx = model_info(model).n_ctx
+    too_long = [i for i, ids in enumerate(out) if len(ids) > n_ctx]
+    if too_long:
+        i = too_long[0]
+        raise ValueError(
+            f"input {i} has {len(out[i])} tokens, more than the model context {n_ctx}; truncate it"
+        )
+    return out
+
+
+@dataclass
+class Batch:
+    """A right-padded batch: ``tokens``, ``valid`` (True at real positions) and original indices."""
+
+    tokens: Int[Tensor, "batch pos"]
+    valid: Bool[Tensor, "batch pos"]
+    indices: Int[Tensor, " batch"]
+
+
+def make_batches(
+    sequences: Sequence[Sequence[int]], batch_size: int, *, pad_id: int = 0, device=None
+) -> Iterator[Batch]:
+    """Length-sorted (longest first) right-padded batches, like lm-eval; pads never reach real tokens."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i]), i))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = max(len(sequences[i]) for i in idx)
+        tokens = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        valid = torch.zeros((len(idx), width), dtype=torch.bool)
+        for row, i in enumerate(idx):
+            n = len(sequences[i])
+            tokens[row, :n] = torch.tensor(sequences[i], dtype=torch.long)
+            valid[row, :n] = True
+        yield Batch(tokens.to(device), valid.to(device), torch.tensor(idx, dtype=torch.long))
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device

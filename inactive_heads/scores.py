@@ -1,0 +1,348 @@
+"""The score functions of the paper's taxonomy, and the registry that new ones join.
+
+A score function maps one layer's attention quantities for a batch (a :class:`LayerActivations`)
+to one number per (sequence, head). Each carries its paper label, what it reads and its direction:
+a head is *inactive* on a sequence when its score is below τ (``direction="below"``) or above τ
+(``"above"``, the two first-token-weight scores).
+
+Formulas follow Sandoval-Segura et al., *Identifying and Evaluating Inactive Heads in Pretrained
+LLMs* (ICLR 2026), as digested in ``docs/concepts.md``. One deliberate difference from the
+authors' code: pad positions are excluded as keys **and** as queries in every average, so a
+sequence's score never depends on what else is in its batch (the official AWFT/AEQD averaged over
+right-pad query rows too).
+
+Layer normalization ("LN") divides by the plain mean of the score over the layer's query heads
+for the same sequence. Where that mean is 0 (every head of the layer scores exactly 0), the LN
+score is defined as 0, so a layer of silent heads is flagged by every "below" score and never by
+the "above" ones, and no NaN can appear.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+Direction = Literal["below", "above"]
+ScoreFn = Callable[["LayerActivations"], Float[Tensor, "batch head"]]
+READABLE = ("pattern", "v", "z", "W_O")
+
+
+@dataclass(eq=False)
+class LayerActivations:
+    """One layer's attention quantities for a right-padded batch, as the score functions see them.
+
+    ``pattern``: softmax attention weights, query head first, ``[batch, head, query, key]``.
+    ``v_grouped``: value vectors as the model computes them (``[batch, pos, kv_head, d_head]``;
+    under GQA several query heads share one KV head). ``v`` is the per-query-head expansion.
+    ``z``: head outputs before ``W_O`` ``[batch, pos, head, d_head]``.
+    ``valid``: True at real (non-pad) positions. Right padding: row ``b`` is real on
+    ``[0, lengths[b])``. ``sequence_ids``: each row's index in the whole run (seeds Random).
+    """
+
+    layer: int
+    n_heads: int
+    valid: Bool[Tensor, "batch pos"]
+    sequence_ids: Int[Tensor, " batch"]
+    pattern: Float[Tensor, "batch head query key"] | None = None
+    v_grouped: Float[Tensor, "batch pos kv_head d_head"] | None = None
+    z: Float[Tensor, "batch pos head d_head"] | None = None
+    W_O: Float[Tensor, "head d_head d_model"] | None = None
+    seed: int = 0
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def _need(self, name: str) -> Tensor:
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(
+                f"this score reads '{name}' but it was not captured; declare it in the score's "
+                f"reads=(...) (one of {READABLE})"
+            )
+        return value
+
+    @cached_property
+    def lengths(self) -> Int[Tensor, " batch"]:
+        return self.valid.sum(dim=1)
+
+    @cached_property
+    def last_index(self) -> Int[Tensor, " batch"]:
+        return self.lengths - 1
+
+    @cached_property
+    def v(self) -> Float[Tensor, "batch pos head d_head"]:
+        v = self._need("v_grouped")
+        group = self.n_heads // v.shape[2]
+        return v if group == 1 else v.repeat_interleave(group, dim=2)
+
+    @cached_property
+    def v_norm(self) -> Float[Tensor, "batch pos head"]:
+        # Norms on the grouped values, then expanded: the same numbers, far less work.
+        norms = self._need("v_grouped").norm(dim=-1)
+        group = self.n_heads // norms.shape[2]
+        return norms if group == 1 else norms.repeat_interleave(group, dim=2)
+
+    @cached_property
+    def z_norm(self) -> Float[Tensor, "batch pos head"]:
+        return self._need("z").norm(dim=-1)
+
+    @cached_property
+    def result_norm(self) -> Float[Tensor, "batch pos head"]:
+        """‖o_t W_O^(h)‖: the norm of each head's output after its slice of the output projection."""
+        z, w_o = self._need("z"), self._need("W_O")
+        return torch.einsum("bphd,hdm->bphm", z, w_o.to(z.dtype)).norm(dim=-1)
+
+    def mean_over_positions(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
+        """Mean over each sequence's real positions (pads excluded)."""
+        mask = self.valid.unsqueeze(-1).to(per_pos.dtype)
+        return (per_pos * mask).sum(dim=1) / self.lengths.unsqueeze(-1).to(per_pos.dtype)
+
+    def mean_over_queries(self, per_query: Float[Tensor, "batch head query"]) -> Float[Tensor, "batch head"]:
+        """Mean over each sequence's real query rows (pad rows excluded)."""
+        mask = self.valid.unsqueeze(1).to(per_query.dtype)
+        return (per_query * mask).sum(dim=2) / self.lengths.unsqueeze(-1).to(per_query.dtype)
+
+    def at_last_token(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
+        """The value at each sequence's last real position."""
+        rows = torch.arange(per_pos.shape[0], device=per_pos.device)
+        return per_pos[rows, self.last_index.to(per_pos.device)]
+
+    def memo(self, key: str, compute: Callable[[], Tensor]) -> Tensor:
+        """Share one intermediate between score functions of the same layer and batch."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+
+@dataclass(frozen=True)
+class ScoreFunction:
+    """A registered score: ``fn(acts) -> [batch, head]`` plus what it means."""
+
+    key: str
+    label: str
+    fn: ScoreFn
+    reads: tuple[str, ...]
+    direction: Direction
+    description: str = ""
+    builtin: bool = False
+
+    def __call__(self, acts: LayerActivations) -> Float[Tensor, "batch head"]:
+        return self.fn(acts)
+
+    def is_inactive(self, scores: Tensor, threshold: float) -> Tensor:
+        """Boolean mask of heads this score calls inactive at threshold τ."""
+        return scores > threshold if self.direction == "above" else scores < threshold
+
+
+_REGISTRY: dict[str, ScoreFunction] = {}
+
+
+def register_score(
+    key: str,
+    *,
+    reads: tuple[str, ...] | list[str],
+    direction: Direction,
+    label: str | None = None,
+    description: str = "",
+    overwrite: bool = False,
+    _builtin: bool = False,
+):
+    """Decorator that adds a score function to the registry used by recording and ablation.
+
+    >>> @register_score("max_key_weight", reads=("pattern",), direction="above")
+    ... def max_key_weight(acts):
+    ...     return acts.mean_over_queries(acts.pattern.amax(dim=-1))
+    >>> get_score("max_key_weight").direction
+    'above'
+    >>> unregister_score("max_key_weight")
+    """
+    if not isinstance(key, str) or not key.isidentifier():
+        raise ValueError(f"score key {key!r} must be a Python identifier such as 'my_score'")
+    if direction not in ("below", "above"):
+        raise ValueError(f"direction {direction!r} must be 'below' or 'above'")
+    bad = [r for r in reads if r not in READABLE]
+    if bad or not reads and key != "random":
+        raise ValueError(f"reads={tuple(reads)!r} must name some of {READABLE}")
+    if key in _REGISTRY and not overwrite:
+        raise ValueError(f"score '{key}' is already registered; pass overwrite=True to replace it")
+
+    def decorate(fn: ScoreFn) -> ScoreFn:
+        _REGISTRY[key] = ScoreFunction(
+            key=key,
+            label=label or key,
+            fn=fn,
+            reads=tuple(reads),
+            direction=direction,
+            description=description or (fn.__doc__ or "").strip().split("\n")[0],
+            builtin=_builtin,
+        )
+        return fn
+
+    return decorate
+
+
+def unregister_score(key: str) -> None:
+    """Remove a user-registered score (built-in scores stay)."""
+    score = get_score(key)
+    if score.builtin:
+        raise ValueError(f"'{key}' is a built-in score and cannot be removed")
+    del _REGISTRY[key]
+
+
+def get_score(key: str) -> ScoreFunction:
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        raise KeyError(f"unknown score '{key}'; known: {', '.join(_REGISTRY)}") from None
+
+
+def score_keys(*, include_appendix: bool = True, include_random: bool = True) -> list[str]:
+    """Registered score keys in registry order (the paper's 13 first)."""
+    keys = list(_REGISTRY)
+    if not include_appendix:
+        keys = [k for k in keys if k not in APPENDIX_SCORES]
+    if not include_random:
+        keys = [k for k in keys if k != "random"]
+    return keys
+
+
+def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[ScoreFunction]:
+    """Turn None (all registered), one key, or a list of keys into score functions."""
+    if scores is None:
+        return list(_REGISTRY.values())
+    if isinstance(scores, str):
+        scores = [scores]
+    if not scores:
+        raise ValueError("scores is empty; pass None for all scores or a list of keys")
+    return [get_score(k) for k in scores]
+
+
+def layer_normalize(scores: Float[Tensor, "batch head"]) -> Float[Tensor, "batch head"]:
+    """Divide by the mean over the layer's heads (same sequence); 0 where that mean is 0."""
+    mean = scores.mean(dim=-1, keepdim=True)
+    safe = torch.where(mean == 0, torch.ones_like(mean), mean)
+    return torch.where(mean == 0, torch.zeros_like(scores), scores / safe)
+
+
+def safe_ratio(num: Tensor, den: Tensor) -> Tensor:
+    """num / den, with 0 where den is 0."""
+    safe = torch.where(den == 0, torch.ones_like(den), den)
+    return torch.where(den == 0, torch.zeros_like(num), num / safe)
+
+
+# ----------------------------------------------------------------------------------------------
+# The paper's score functions. Base scores first; each LN variant divides by the layer mean.
+
+
+def first_token_weight(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """AWFT: mean over real query rows t of A[t, 0], the weight on the sequence's first token."""
+    return acts.memo("awft", lambda: acts.mean_over_queries(acts._need("pattern")[..., 0]))
+
+
+def query_entropy(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """AEQD: mean over real query rows of −Σ_s A[t,s] ln A[t,s] (natural log, not length-normalized)."""
+
+    def compute():
+        per_row = torch.special.entr(acts._need("pattern")).sum(dim=-1)
+        return acts.mean_over_queries(per_row)
+
+    return acts.memo("aeqd", compute)
+
+
+def first_value_norm(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """FTVVN: ‖v_0‖, the first token's value-vector norm (shared within a GQA group)."""
+    return acts.v_norm[:, 0, :]
+
+
+def avg_value_norm(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """AVVN: mean over real positions of ‖v_t‖."""
+    return acts.memo("avvn", lambda: acts.mean_over_positions(acts.v_norm))
+
+
+def last_output_norm(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """LTHON: ‖o_{T-1}‖, the head output norm at the last real position."""
+    return acts.memo("lthon", lambda: acts.at_last_token(acts.z_norm))
+
+
+def avg_output_norm(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """AHON: mean over real positions of ‖o_t‖ (head output before W_O)."""
+    return acts.memo("ahon", lambda: acts.mean_over_positions(acts.z_norm))
+
+
+def full_output_norm(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """Mean over real positions of ‖o_t W_O^(h)‖ (after the output projection; paper App. A.1)."""
+    return acts.memo("fho", lambda: acts.mean_over_positions(acts.result_norm))
+
+
+def _ln(base: ScoreFn) -> ScoreFn:
+    def normalized(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+        return layer_normalize(base(acts))
+
+    normalized.__doc__ = f"{(base.__doc__ or '').split(':')[0]} (LN): divided by the layer mean over heads."
+    return normalized
+
+
+def last_output_norm_ln(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """LTHON (LN): ‖o_{T-1}‖ divided by the layer mean of the heads' *average* output norms."""
+    return safe_ratio(last_output_norm(acts), avg_output_norm(acts).mean(dim=-1, keepdim=True))
+
+
+def last_output_norm_hn(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """LTHON (HN): ‖o_{T-1}‖ divided by the same head's average output norm."""
+    return safe_ratio(last_output_norm(acts), avg_output_norm(acts))
+
+
+def uniform_random(acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    """Random: u ~ U(0, 1) per (sequence, layer, head), seeded by (seed, sequence id, layer)."""
+    rows = []
+    for seq in acts.sequence_ids.tolist():
+        gen = torch.Generator().manual_seed(((acts.seed * 1_000_003 + seq) << 12) + acts.layer)
+        rows.append(torch.rand(acts.n_heads, generator=gen))
+    return torch.stack(rows).to(acts.valid.device)
+
+
+_BUILTINS = [
+    ("awft", "AWFT", first_token_weight, ("pattern",), "above"),
+    ("awft_ln", "AWFT (LN)", _ln(first_token_weight), ("pattern",), "above"),
+    ("aeqd", "AEQD", query_entropy, ("pattern",), "below"),
+    ("aeqd_ln", "AEQD (LN)", _ln(query_entropy), ("pattern",), "below"),
+    ("ftvvn", "FTVVN", first_value_norm, ("v",), "below"),
+    ("ftvvn_ln", "FTVVN (LN)", _ln(first_value_norm), ("v",), "below"),
+    ("avvn", "AVVN", avg_value_norm, ("v",), "below"),
+    ("avvn_ln", "AVVN (LN)", _ln(avg_value_norm), ("v",), "below"),
+    ("lthon", "LTHON", last_output_norm, ("z",), "below"),
+    ("lthon_ln", "LTHON (LN)", last_output_norm_ln, ("z",), "below"),
+    ("lthon_hn", "LTHON (HN)", last_output_norm_hn, ("z",), "below"),
+    ("ahon", "AHON", avg_output_norm, ("z",), "below"),
+    ("ahon_ln", "AHON (LN)", _ln(avg_output_norm), ("z",), "below"),
+    ("random", "Random", uniform_random, (), "below"),
+    ("fho", "Full head output norm", full_output_norm, ("z", "W_O"), "below"),
+    ("fho_ln", "Full head output norm (LN)", _ln(full_output_norm), ("z", "W_O"), "below"),
+]
+for _key, _label, _fn, _reads, _direction in _BUILTINS:
+    register_score(_key, label=_label, reads=_reads, direction=_direction, _builtin=True)(_fn)
+
+PAPER_SCORES: tuple[str, ...] = tuple(k for k, *_ in _BUILTINS[:13])
+"""The 13 functions of the paper's taxonomy, in its order."""
+APPENDIX_SCORES: tuple[str, ...] = ("fho", "fho_ln")
+OFFICIAL_NAMES: dict[str, str] = {
+    "awft": "Dormant",
+    "awft_ln": "NormalizedDormant",
+    "aeqd": "Entropy",
+    "aeqd_ln": "NormalizedEntropy",
+    "ftvvn": "ValueVectorMagnitudeFirstToken",
+    "ftvvn_ln": "ValueVectorMagnitudeNormalizedFirstToken",
+    "avvn": "ValueVectorAvgMagnitude",
+    "avvn_ln": "ValueVectorAvgNormalizedMagnitude",
+    "lthon": "HeadOutputMagnitudeLastToken",
+    "lthon_ln": "HeadOutputMagnitudeNormalizedLastToken",
+    "lthon_hn": "HeadOutputMagnitudeNormalizedHeadLastToken",
+    "ahon": "UnnormalizedHONOR",
+    "ahon_ln": "HONOR",
+    "random": "RandomHeads",
+    "fho": "FullHeadOutput",
+    "fho_ln": "FullHeadOutputNormalized",
+}
+"""Our keys → the class/internal names of the authors' code (used in their thresholds.json)."""
