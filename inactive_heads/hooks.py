@@ -36,7 +36,8 @@ class HeadHookRunner:
 
     ``reads`` says which of ``pattern``/``v``/``z``/``W_O`` to capture (``z`` is always seen,
     since the callback runs at ``hook_z``). If ``on_layer`` returns a tensor it replaces ``z``:
-    that is how ablation zeroes heads before ``W_O``. Call :meth:`set_batch` before each forward.
+    that is how ablation zeroes heads before ``W_O``. For padded batches call :meth:`set_batch`
+before each forward; without it every position counts as real.
     """
 
     def __init__(
@@ -72,13 +73,15 @@ class HeadHookRunner:
         last = self.info.n_layers - 1
 
         def hook(z: Tensor, hook) -> Tensor | None:
-            if self._valid is None:
-                raise RuntimeError("HeadHookRunner.set_batch() must be called before the forward pass")
+            valid, sequence_ids = self._valid, self._sequence_ids
+            if valid is None:  # no batch given: an unpadded batch, rows numbered from 0
+                valid = torch.ones(z.shape[:2], dtype=torch.bool)
+                sequence_ids = torch.arange(z.shape[0])
             acts = LayerActivations(
                 layer=layer,
                 n_heads=self.info.n_heads,
-                valid=self._valid.to(z.device),
-                sequence_ids=self._sequence_ids,
+                valid=valid.to(z.device),
+                sequence_ids=sequence_ids,
                 pattern=self._held.pop("pattern", None),
                 v_grouped=self._held.pop("v", None),
                 z=z,

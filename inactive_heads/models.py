@@ -6,6 +6,8 @@ later loads read that directory in seconds. Any local Hugging Face directory, or
 hub is reachable, works too.
 """
 
+import contextlib
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -158,6 +160,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("INACTIVE_HEADS_CACHE", Path.home() / ".cache" / "inactive_heads"))
 
 
+@contextlib.contextmanager
+def _hf_progress_bars(enabled: bool):
+    """Silence transformers' own progress bars (GGUF dequantizing, weight loading) unless enabled."""
+    from transformers.utils import logging as hf_logging
+
+    silence = not enabled and hf_logging.is_progress_bar_enabled()
+    if silence:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if silence:
+            hf_logging.enable_progress_bar()
+
+
 def _package_dir(module: str) -> Path | None:
     # find_spec locates a package without importing it (some of these packages import heavy
     # dependencies that are deliberately not installed).
@@ -246,7 +263,10 @@ def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
     steps = ["check sha256", "parse GGUF", "dequantize weights", "write HF directory"]
     bar = tqdm(steps, desc=f"converting {model.alias} (once)", disable=not progress, leave=False)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.alias}-") as tmp:
+    with (
+        _hf_progress_bars(progress),
+        tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.alias}-") as tmp,
+    ):
         tmp_path = Path(tmp)
         bar.set_postfix_str(steps[0])
         gguf = _assemble_gguf(model, tmp_path)
@@ -288,12 +308,24 @@ def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
         (out / "CONVERTED.json").write_text(json.dumps(meta, indent=2))
         if gguf.parent == tmp_path:
             gguf.unlink()
-        if target.exists():  # a stale partial directory from an older layout
-            shutil.rmtree(target)
-        os.replace(out, target)
+        _move_into_place(out, model)
         bar.update(1)
     bar.close()
     return target
+
+
+def _move_into_place(out: Path, model: BuiltinModel) -> None:
+    """Rename a finished conversion to its cache name; another process may have finished first."""
+    target = converted_dir(model)
+    if is_converted(model):  # a concurrent conversion won the race: keep its directory
+        return
+    if target.exists():  # a partial directory without CONVERTED.json (older layout or crash)
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        os.replace(out, target)
+    except OSError:
+        if not is_converted(model):
+            raise
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,9 +345,17 @@ def resolve_model_dir(spec: str, *, progress: bool = True) -> tuple[Path, str]:
                 "(save_pretrained output) or one of: " + ", ".join(BUILTIN_MODELS)
             )
         return path, _official_name_of(path)
-    if spec.count("/") != 1 or spec.startswith((".", "/", "~")):
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or path.exists():
+        what = "is not a directory" if path.exists() else "does not exist"
         raise ModelLoadError(
-            f"unknown model '{spec}'; use a built-in model ({', '.join(BUILTIN_MODELS)}), "
+            f"model directory '{spec}' {what}; pass a Hugging Face model directory "
+            f"(save_pretrained output) or a built-in model: {', '.join(BUILTIN_MODELS)}"
+        )
+    if spec.count("/") != 1:
+        close = difflib.get_close_matches(spec, list(BUILTIN_MODELS), n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ModelLoadError(
+            f"unknown model '{spec}'; {hint}use a built-in model ({', '.join(BUILTIN_MODELS)}), "
             "a local Hugging Face directory, or a hub name like 'org/model'"
         )
     return _download_hub_model(spec), spec
@@ -337,10 +377,12 @@ def _download_hub_model(name: str) -> Path:
             snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
         )
     except Exception as exc:  # the hub client raises many types for "offline"
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub is unreachable or the name is wrong"
         raise ModelLoadError(
-            f"could not fetch '{name}' from the Hugging Face hub ({type(exc).__name__}); the hub is "
-            "unreachable or the name is wrong. Offline, download the model elsewhere and pass its "
-            "local directory, or use a built-in model: " + ", ".join(BUILTIN_MODELS)
+            f"could not fetch '{name}' from the Hugging Face hub ({type(exc).__name__}: {why}); "
+            "offline, download the model elsewhere and pass its local directory "
+            "(load_model('/path/to/dir')), or use a built-in model: " + ", ".join(BUILTIN_MODELS)
         ) from None
 
 
@@ -370,9 +412,16 @@ def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device
     except Exception:
         # Some families (Gemma-3) are only recognised by their official name; the config is
         # then built from that name, with the weights still coming from the local model.
-        cfg = loading.get_pretrained_model_config(
-            official_name, hf_cfg=hf_model.config.to_dict(), fold_ln=False, dtype=dtype
-        )
+        try:
+            cfg = loading.get_pretrained_model_config(
+                official_name, hf_cfg=hf_model.config.to_dict(), fold_ln=False, dtype=dtype
+            )
+        except Exception as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise ModelLoadError(
+                f"HookedTransformer cannot build '{official_name}' from {local_dir} "
+                f"({type(exc).__name__}: {reason}); try backend='bridge'"
+            ) from exc
     if device is not None:
         cfg.device = device
     model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
@@ -387,7 +436,7 @@ def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device
     )
     del hf_model
     model.eval()
-    return model.to(cfg.device), tokenizer
+    return model.to(cfg.device, print_details=False), tokenizer
 
 
 def _load_bridge(local_dir: Path, dtype: torch.dtype, device: str | None):
@@ -402,11 +451,28 @@ def _load_bridge(local_dir: Path, dtype: torch.dtype, device: str | None):
     return model, tokenizer
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``torch.float32`` or ``"float32"``/``"fp32"`` (likewise bfloat16, float16) → a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        name = dtype.lower().removeprefix("torch.")
+        name = _DTYPE_ALIASES.get(name, name)
+        if name in DTYPES:
+            return DTYPES[name]
+        raise ValueError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    raise TypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
+
+
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,
-    backend: Backend = "hooked",
-    dtype: torch.dtype = torch.float32,
+    backend: str = "hooked",
+    dtype: torch.dtype | str = torch.float32,
     device: str | None = None,
     progress: bool = True,
 ):
@@ -419,16 +485,20 @@ def load_model(
     ``spec`` is a built-in alias (see ``inactive-heads models``), a local Hugging Face directory,
     or a hub name (needs network). Weights are not processed (no LayerNorm folding or centering),
     so logits equal the Hugging Face model's. The model's facts are in ``model_info(model)``.
+    ``backend`` is ``"hooked"`` or ``"bridge"``; ``dtype`` a torch dtype or its name
+    (``"float32"``, ``"bfloat16"``, ``"float16"``).
     """
+    # backend and dtype are checked here rather than by annotation alone, so that a bad value
+    # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}'; use one of {BACKENDS}")
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
+        raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
+    dtype = resolve_dtype(dtype)
     local_dir, official_name = resolve_model_dir(spec, progress=progress)
-    if backend == "hooked":
-        model, tokenizer = _load_hooked(local_dir, official_name, dtype, device)
-    else:
-        model, tokenizer = _load_bridge(local_dir, dtype, device)
+    with _hf_progress_bars(progress):
+        if backend == "hooked":
+            model, tokenizer = _load_hooked(local_dir, official_name, dtype, device)
+        else:
+            model, tokenizer = _load_bridge(local_dir, dtype, device)
     cfg = model.cfg
     family = BUILTIN_MODELS[spec].family if spec in BUILTIN_MODELS else _family_of(local_dir)
     n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads

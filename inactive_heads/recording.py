@@ -119,7 +119,8 @@ class HeadScores:
         """Write atomically (temp file + rename) to a ``.pt`` file holding tensors and metadata."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"format": FORMAT_VERSION, "scores": self.scores, "metadata": self.metadata}
+        # Metadata travels as JSON text: it must round-trip exactly and load with weights_only.
+        payload = {"format": FORMAT_VERSION, "scores": self.scores, "metadata": json.dumps(self.metadata)}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         try:
@@ -138,7 +139,7 @@ class HeadScores:
         payload = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
             raise ValueError(f"'{path}' is not a HeadScores file of format {FORMAT_VERSION}")
-        return cls(payload["scores"], payload["metadata"])
+        return cls(payload["scores"], json.loads(payload["metadata"]))
 
 
 def _check_finite(key: str, layer: int, values: Tensor) -> None:
@@ -216,7 +217,6 @@ def record_scores(
         "seed": seed,
         "seconds": round(time.perf_counter() - start, 3),
         "toolkit_version": toolkit_version(),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
     }
-    json.dumps(metadata)  # metadata must stay JSON-serializable
     return HeadScores(out, metadata)

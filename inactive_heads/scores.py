@@ -128,7 +128,8 @@ class ScoreFunction:
     description: str = ""
     builtin: bool = False
 
-    def __call__(self, acts: LayerActivations) -> Float[Tensor, "batch head"]:
+    def __call__(self, acts: LayerActivations) -> Tensor:
+        # Not shape-annotated: recording checks the shape itself and names the score.
         return self.fn(acts)
 
     def is_inactive(self, scores: Tensor, threshold: float) -> Tensor:
@@ -143,7 +144,7 @@ def register_score(
     key: str,
     *,
     reads: tuple[str, ...] | list[str],
-    direction: Direction,
+    direction: str,
     label: str | None = None,
     description: str = "",
     overwrite: bool = False,

@@ -1,0 +1,264 @@
+"""Zeroing heads at ``hook_z``: static sets, the paper's in-pass dynamic thresholds, and Random.
+
+``hook_z`` holds each head's output ``o_t`` before the output projection ``W_O``. Zeroing head
+``h`` there removes exactly ``o_t W_O^(h)`` from the attention block's output, for every position
+(the block's bias ``b_O`` stays). Zeroing slices *after* ``W_O`` would instead cut mixed residual
+coordinates, which is not a head.
+
+Dynamic ablation follows the paper: at every layer, the score of each head is computed for each
+sequence from that layer's pattern/values/outputs **in the same forward pass** — so zeroing in
+earlier layers changes the scores of later ones (the cascade) — and the heads that the score calls
+inactive at τ are zeroed for that sequence only. Flags are counted, so the **realized** fraction of
+(sequence, layer, head) zeroed can be reported overall and per layer.
+"""
+
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from .hooks import HeadHookRunner
+from .models import model_info
+from .scores import LayerActivations, get_score
+
+AblationKind = Literal["static", "dynamic", "random"]
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """A JSON-friendly description of an ablation; ``build()`` turns it into hooks.
+
+    - ``static``: ``heads`` = list of (layer, head), zeroed on every sequence;
+    - ``dynamic``: ``score`` key and ``threshold`` τ, decided per sequence and layer in-pass;
+    - ``random``: each (sequence, layer, head) zeroed with probability ``threshold``, seeded.
+    """
+
+    kind: AblationKind
+    score: str | None = None
+    threshold: float | None = None
+    heads: tuple[tuple[int, int], ...] = ()
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("static", "dynamic", "random"):
+            raise ValueError(f"unknown ablation kind {self.kind!r}; use 'static', 'dynamic' or 'random'")
+        if self.kind == "dynamic":
+            get_score(self.score)  # raises with the list of known scores
+            if self.threshold is None or not _finite(self.threshold):
+                raise ValueError(f"dynamic ablation needs a finite threshold, got {self.threshold!r}")
+        if self.kind == "random" and not (self.threshold is not None and 0.0 <= self.threshold <= 1.0):
+            raise ValueError(f"random ablation needs a probability threshold in [0, 1], got {self.threshold!r}")
+        if self.kind == "static":
+            object.__setattr__(self, "heads", tuple((int(l), int(h)) for l, h in self.heads))
+
+    @property
+    def name(self) -> str:
+        if self.kind == "static":
+            return f"static:{len(self.heads)}heads"
+        if self.kind == "random":
+            return f"random:{self.threshold:g}"
+        return f"{self.score}:{self.threshold:.6g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["heads"] = [list(h) for h in self.heads]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AblationSpec":
+        d = dict(d)
+        d["heads"] = tuple(tuple(h) for h in d.get("heads", ()))
+        return cls(**d)
+
+    def build(self) -> "HeadAblation":
+        if self.kind == "static":
+            return StaticAblation(self.heads)
+        if self.kind == "random":
+            return RandomAblation(self.threshold, seed=self.seed)
+        return DynamicAblation(self.score, self.threshold, seed=self.seed)
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+
+@dataclass
+class AblationStats:
+    """Counts of zeroed (sequence, layer, head) triples seen so far."""
+
+    n_layers: int
+    n_heads: int
+    n_sequences: int = 0
+    flagged_per_layer: Tensor = field(default=None)  # [layer], int64
+    masks: dict[int, Bool[Tensor, "layer head"]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.flagged_per_layer is None:
+            self.flagged_per_layer = torch.zeros(self.n_layers, dtype=torch.long)
+
+    @property
+    def realized_fraction(self) -> float:
+        """Zeroed (sequence, layer, head) triples / all triples (the paper's "% of heads zeroed")."""
+        if self.n_sequences == 0:
+            return 0.0
+        return float(self.flagged_per_layer.sum()) / (self.n_sequences * self.n_layers * self.n_heads)
+
+    @property
+    def realized_fraction_per_layer(self) -> list[float]:
+        if self.n_sequences == 0:
+            return [0.0] * self.n_layers
+        return (self.flagged_per_layer.double() / (self.n_sequences * self.n_heads)).tolist()
+
+    def flagged_mask(self) -> Bool[Tensor, "seq layer head"]:
+        """Per-sequence flags, indexed by the sequence ids the forward passes used."""
+        if not self.masks:
+            return torch.zeros((0, self.n_layers, self.n_heads), dtype=torch.bool)
+        n = max(self.masks) + 1
+        out = torch.zeros((n, self.n_layers, self.n_heads), dtype=torch.bool)
+        for seq, mask in self.masks.items():
+            out[seq] = mask
+        return out
+
+
+class HeadAblation:
+    """Base class: hooks that zero heads at ``hook_z`` and count what they zeroed.
+
+    Use ``with ablation.apply(model): model(tokens)`` for one unpadded batch, or pass it to
+    :func:`inactive_heads.evaluate`, which handles padding. Subclasses implement :meth:`decide`.
+    """
+
+    reads: tuple[str, ...] = ("z",)
+    seed: int = 0
+
+    def __init__(self):
+        self.stats: AblationStats | None = None
+        self._pending: dict[int, Tensor] = {}
+
+    def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        """Which heads of which rows to zero at this layer."""
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> AblationSpec:
+        raise NotImplementedError
+
+    def reset(self, model) -> None:
+        info = model_info(model)
+        self.stats = AblationStats(info.n_layers, info.n_heads)
+
+    def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
+        flags = self.decide(acts).to(acts.z.device)
+        stats = self.stats
+        if acts.layer == 0:
+            stats.n_sequences += flags.shape[0]
+        stats.flagged_per_layer[acts.layer] += int(flags.sum())
+        for row, seq in enumerate(acts.sequence_ids.tolist()):
+            mask = stats.masks.get(seq)
+            if mask is None:
+                mask = stats.masks[seq] = torch.zeros((stats.n_layers, stats.n_heads), dtype=torch.bool)
+            mask[acts.layer] = flags[row].cpu()
+        keep = (~flags).to(acts.z.dtype)[:, None, :, None]
+        return acts.z * keep
+
+    def runner(self, model) -> HeadHookRunner:
+        if self.stats is None:
+            self.reset(model)
+        return HeadHookRunner(model, self.on_layer, reads=self.reads, seed=self.seed)
+
+    @contextmanager
+    def apply(self, model, *, valid: Bool[Tensor, "batch pos"] | None = None):
+        """Install the hooks for forward passes in the block (all positions real unless ``valid``)."""
+        runner = self.runner(model)
+        if valid is not None:
+            runner.set_batch(valid, torch.arange(valid.shape[0]))
+        with model.hooks(fwd_hooks=runner.fwd_hooks()):
+            yield runner
+
+
+class StaticAblation(HeadAblation):
+    """Zero a fixed set of (layer, head) on every sequence, at all positions."""
+
+    def __init__(self, heads: Iterable[tuple[int, int]]):
+        super().__init__()
+        self.heads = tuple(sorted({(int(l), int(h)) for l, h in heads}))
+        self._by_layer: dict[int, list[int]] = {}
+        for l, h in self.heads:
+            self._by_layer.setdefault(l, []).append(h)
+
+    @property
+    def spec(self) -> AblationSpec:
+        return AblationSpec("static", heads=self.heads)
+
+    def reset(self, model) -> None:
+        info = model_info(model)
+        bad = [(l, h) for l, h in self.heads if not (0 <= l < info.n_layers and 0 <= h < info.n_heads)]
+        if bad:
+            raise ValueError(
+                f"head {bad[0]} does not exist; layers are 0..{info.n_layers - 1}, heads 0..{info.n_heads - 1}"
+            )
+        super().reset(model)
+
+    def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
+        flags[:, self._by_layer.get(acts.layer, [])] = True
+        return flags
+
+
+class DynamicAblation(HeadAblation):
+    """The paper's intervention: zero heads whose in-pass score is beyond τ, per sequence and layer."""
+
+    def __init__(self, score: str, threshold: float, *, seed: int = 0):
+        super().__init__()
+        self.score = get_score(score)
+        if not _finite(threshold):
+            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+        self.threshold = float(threshold)
+        self.seed = seed
+        self.reads = tuple(sorted(set(self.score.reads) | {"z"}))
+
+    @property
+    def spec(self) -> AblationSpec:
+        return AblationSpec("dynamic", score=self.score.key, threshold=self.threshold, seed=self.seed)
+
+    def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        values = self.score(acts)
+        if not torch.isfinite(values).all():
+            raise FloatingPointError(
+                f"score '{self.score.key}' is not finite at layer {acts.layer}; try dtype=torch.float32"
+            )
+        return self.score.is_inactive(values, self.threshold)
+
+
+class RandomAblation(DynamicAblation):
+    """Zero each (sequence, layer, head) with probability ``p`` (the paper's Random baseline)."""
+
+    def __init__(self, p: float, *, seed: int = 0):
+        if not (0.0 <= p <= 1.0):
+            raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+        super().__init__("random", p, seed=seed)
+
+    @property
+    def spec(self) -> AblationSpec:
+        return AblationSpec("random", threshold=self.threshold, seed=self.seed)
+
+
+def zero_heads_hook(heads: Iterable[int]):
+    """A plain ``hook_z`` hook that zeros the given heads of one layer, for ``model.hooks``.
+
+    >>> hook = zero_heads_hook([0, 4])
+    >>> z = torch.ones(1, 3, 9, 2)
+    >>> hook(z, None)[0, :, [0, 4]].abs().sum().item(), hook(z, None)[0, :, 1].sum().item()
+    (0.0, 6.0)
+    """
+    heads = list(heads)
+
+    def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
+        z = z.clone()
+        z[:, :, heads] = 0.0
+        return z
+
+    return hook
