@@ -37,10 +37,10 @@ class AblationSpec:
     - ``random``: each (sequence, layer, head) zeroed with probability ``threshold``, seeded.
     """
 
-    kind: AblationKind
+    kind: str  # AblationKind; checked in __post_init__ with a clear message
     score: str | None = None
     threshold: float | None = None
-    heads: tuple[tuple[int, int], ...] = ()
+    heads: tuple = ()  # of (layer, head) pairs
     seed: int = 0
 
     def __post_init__(self):

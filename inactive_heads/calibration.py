@@ -53,12 +53,13 @@ class Thresholds:
 
     ``source`` is ``"calibrated"`` or ``"official:<task>/<model>"``. ``n_scores`` is the size of
     the pool the quantiles came from (0 when unknown, as for the official presets).
-    Iterating gives ``(p, τ)`` pairs.
+    ``quantiles`` and ``values`` are stored as tuples of Python floats whatever sequence of
+    numbers was passed. Iterating gives ``(p, τ)`` pairs.
     """
 
     key: str
-    quantiles: tuple[float, ...]
-    values: tuple[float, ...]
+    quantiles: Sequence[Real]
+    values: Sequence[Real]
     direction: str
     source: str = "calibrated"
     n_scores: int = 0
@@ -154,7 +155,7 @@ def pooled_scores(scores: ScoresLike, key: str) -> np.ndarray:
     return pool
 
 
-def _check_quantiles(quantiles: Sequence[Real]) -> tuple[float, ...]:
+def _check_quantiles(quantiles: Sequence[Real] | np.ndarray) -> tuple[float, ...]:
     qs = tuple(float(p) for p in quantiles)
     if not qs:
         raise ValueError("quantiles is empty; pass fractions p in [0, 1), e.g. DEFAULT_QUANTILES")
@@ -178,7 +179,7 @@ def cdf_x_intercept(sorted_pool: np.ndarray, y: Real | np.ndarray) -> np.ndarray
 def calibrate(
     head_scores: ScoresLike | None,
     key: str,
-    quantiles: Sequence[Real] = DEFAULT_QUANTILES,
+    quantiles: Sequence[Real] | np.ndarray = DEFAULT_QUANTILES,
     *,
     direction: str | None = None,
 ) -> Thresholds:
