@@ -1,0 +1,282 @@
+"""Evaluate a model — plain or with heads zeroed — on MMLU, PIQA or WinoGrande as lm-eval 0.4.5 does.
+
+Scoring is by log-likelihood of each answer's continuation. As in lm-eval, requests whose model
+input (context + continuation minus its last token) is identical share one forward pass: for
+MMLU that is one pass per question, ending at "Answer:", scoring " A".." D" at its last position.
+Those forward inputs are the "sequences" on which dynamic ablation decides what to zero, and the
+denominator of the realized fraction zeroed.
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .ablation import AblationSpec, HeadAblation
+from .hooks import make_batches, model_device
+from .models import model_info
+from .recording import toolkit_version
+from .tasks import TASKS, Request, build_requests
+
+
+@dataclass
+class EvalPlan:
+    """Requests of one task, tokenized once, with their unique forward inputs.
+
+    ``inputs[i]`` is a token list; ``targets[i]`` lists, for that input, the
+    ``(request, choice, first position, continuation tokens)`` it scores.
+    """
+
+    task: str
+    requests: list[Request]
+    inputs: list[list[int]]
+    targets: list[list[tuple[int, int, int, tuple[int, ...]]]]
+    config: dict[str, Any]
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.requests)
+
+
+def plan_evaluation(
+    model,
+    task: str,
+    *,
+    subjects: Sequence[str] | None = None,
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    apply_chat_template: bool | None = None,
+    source: str | None = None,
+) -> EvalPlan:
+    """Build and tokenize a task's requests once (reuse the plan across many ablated runs)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
+    info = model_info(model)
+    chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
+    requests = build_requests(
+        task,
+        model.tokenizer,
+        subjects=subjects,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        apply_chat_template=chat,
+        prepend_bos=info.prepend_bos,
+        source=source,
+    )
+    index: dict[tuple[int, ...], int] = {}
+    inputs: list[list[int]] = []
+    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
+    for r, req in enumerate(requests):
+        for c, choice in enumerate(req.choices):
+            if not choice.context_ids or not choice.continuation_ids:
+                raise ValueError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
+            whole = tuple(choice.context_ids) + tuple(choice.continuation_ids)
+            key = whole[:-1]
+            if len(key) > info.n_ctx:
+                raise ValueError(
+                    f"{task} request {req.doc_id} has {len(key)} tokens, more than the model context "
+                    f"{info.n_ctx}; use fewer few-shot examples (num_fewshot) or a model with a longer context"
+                )
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(inputs)
+                inputs.append(list(key))
+                targets.append([])
+            targets[i].append((r, c, len(choice.context_ids) - 1, tuple(choice.continuation_ids)))
+    config = {
+        "model": info.name,
+        "task": task,
+        "subjects": list(subjects) if subjects is not None else None,
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "apply_chat_template": chat,
+        "prepend_bos": info.prepend_bos,
+        "source": source,
+    }
+    return EvalPlan(task, requests, inputs, targets, config)
+
+
+@dataclass
+class EvalResult:
+    """Accuracy and everything needed to trust it: per-question outcomes, realized zeroing, config."""
+
+    task: str
+    accuracy: float
+    n: int
+    correct: list[bool]
+    loglikelihoods: list[list[float]]
+    acc_norm: float | None = None
+    correct_norm: list[bool] | None = None
+    per_subject: dict[str, dict[str, float]] = field(default_factory=dict)
+    realized_fraction: float = 0.0
+    realized_fraction_per_layer: list[float] = field(default_factory=list)
+    n_forward_sequences: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def accuracy_percent(self) -> float:
+        return 100.0 * self.accuracy
+
+    @property
+    def questions_per_s(self) -> float:
+        return self.n / self.seconds if self.seconds > 0 else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
+        return cls(**d)
+
+    def __repr__(self) -> str:
+        zeroed = f", {100 * self.realized_fraction:.2f}% heads zeroed" if self.realized_fraction else ""
+        return f"EvalResult({self.task}: accuracy {100 * self.accuracy:.2f}% on n={self.n}{zeroed})"
+
+
+def _as_ablation(ablation) -> HeadAblation | None:
+    if ablation is None or isinstance(ablation, HeadAblation):
+        return ablation
+    if isinstance(ablation, AblationSpec):
+        return ablation.build()
+    if isinstance(ablation, dict):
+        return AblationSpec.from_dict(ablation).build()
+    raise TypeError(
+        f"ablation must be None, a HeadAblation (StaticAblation/DynamicAblation/RandomAblation) "
+        f"or an AblationSpec, got {type(ablation).__name__}"
+    )
+
+
+def _logits_at(model, tokens, valid, rows, positions):
+    """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch."""
+    mask = valid.long()
+    cfg = model.cfg
+    if hasattr(model, "unembed") and type(model).__name__ == "HookedTransformer":
+        resid = model(tokens, attention_mask=mask, stop_at_layer=cfg.n_layers)
+        x = resid[rows, positions][:, None, :]
+        logits = model.unembed(model.ln_final(x))[:, 0, :]
+        cap = getattr(cfg, "output_logits_soft_cap", -1.0)
+        if cap and cap > 0:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+    return model(tokens, attention_mask=mask)[rows, positions]
+
+
+def evaluate(
+    model,
+    task: str | EvalPlan,
+    *,
+    ablation=None,
+    subjects: Sequence[str] | None = None,
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    apply_chat_template: bool | None = None,
+    batch_size: int = 8,
+    progress: bool = True,
+    source: str | None = None,
+) -> EvalResult:
+    """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
+
+    >>> res = evaluate(model, "mmlu", subjects=["anatomy"], limit=20)             # doctest: +SKIP
+    >>> res = evaluate(model, "mmlu", subjects=["anatomy"], limit=20,
+    ...                ablation=DynamicAblation("ahon_ln", 0.4))                  # doctest: +SKIP
+    >>> res.accuracy, res.realized_fraction                                       # doctest: +SKIP
+
+    ``task`` is "mmlu", "piqa" or "winogrande" (or an :class:`EvalPlan` from
+    :func:`plan_evaluation`, to tokenize once for many runs). ``apply_chat_template=None`` follows
+    the paper: on for chat/instruct models. ``limit`` = first N questions (of each MMLU subject).
+    Batches are length-sorted and right-padded with an attention mask; pads never reach real
+    tokens, so results do not depend on ``batch_size``.
+    """
+    if isinstance(task, EvalPlan):
+        plan = task
+    else:
+        plan = plan_evaluation(
+            model,
+            task,
+            subjects=subjects,
+            limit=limit,
+            num_fewshot=num_fewshot,
+            apply_chat_template=apply_chat_template,
+            source=source,
+        )
+    abl = _as_ablation(ablation)
+    info = model_info(model)
+    device = model_device(model)
+    lls = [[0.0] * len(req.choices) for req in plan.requests]
+    bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.spec.name}]" if abl else ""),
+               unit="seq", disable=not progress, leave=False)
+    start = time.perf_counter()
+    hooks = []
+    runner = None
+    if abl is not None:
+        abl.reset(model)
+        runner = abl.runner(model)
+        hooks = runner.fwd_hooks()
+    with model.hooks(fwd_hooks=hooks), torch.inference_mode():
+        for batch in make_batches(plan.inputs, batch_size, device=device):
+            if runner is not None:
+                runner.set_batch(batch.valid, batch.indices)
+            rows, positions, owners = [], [], []
+            for row, i in enumerate(batch.indices.tolist()):
+                for r, c, first, cont in plan.targets[i]:
+                    for k, token in enumerate(cont):
+                        rows.append(row)
+                        positions.append(first + k)
+                        owners.append((r, c, token))
+            logits = _logits_at(
+                model, batch.tokens, batch.valid,
+                torch.tensor(rows, device=device), torch.tensor(positions, device=device),
+            )
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=device)]
+            if not torch.isfinite(picked).all():
+                raise FloatingPointError(
+                    f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32"
+                )
+            for (r, c, _), lp in zip(owners, picked.tolist()):
+                lls[r][c] += lp
+            bar.update(len(batch.indices))
+    bar.close()
+    seconds = time.perf_counter() - start
+
+    golds = [req.gold for req in plan.requests]
+    correct = [max(range(len(ll)), key=ll.__getitem__) == g for ll, g in zip(lls, golds)]
+    result = EvalResult(
+        task=plan.task,
+        accuracy=sum(correct) / len(correct),
+        n=len(correct),
+        correct=correct,
+        loglikelihoods=lls,
+        n_forward_sequences=len(plan.inputs),
+        seconds=round(seconds, 3),
+    )
+    if plan.task == "piqa":
+        # lm-eval's acc_norm divides by the answer's length in characters (without the delimiter).
+        normed = []
+        for req, ll in zip(plan.requests, lls):
+            lengths = [len(ch.continuation_text.removeprefix(" ")) for ch in req.choices]
+            scores = [x / n for x, n in zip(ll, lengths)]
+            normed.append(max(range(len(scores)), key=scores.__getitem__) == req.gold)
+        result.correct_norm = normed
+        result.acc_norm = sum(normed) / len(normed)
+    subjects_seen: dict[str, list[bool]] = {}
+    for req, ok in zip(plan.requests, correct):
+        if req.subject is not None:
+            subjects_seen.setdefault(req.subject, []).append(ok)
+    result.per_subject = {s: {"accuracy": sum(v) / len(v), "n": len(v)} for s, v in subjects_seen.items()}
+    if abl is not None:
+        result.realized_fraction = abl.stats.realized_fraction
+        result.realized_fraction_per_layer = abl.stats.realized_fraction_per_layer
+    result.config = {
+        **plan.config,
+        "batch_size": batch_size,
+        "ablation": abl.spec.to_dict() if abl is not None else None,
+        "dtype": info.dtype,
+        "backend": info.backend,
+        "toolkit_version": toolkit_version(),
+    }
+    return result

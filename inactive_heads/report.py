@@ -1,0 +1,435 @@
+"""One self-contained HTML report of a sweep folder, and a plain-text summary for the terminal.
+
+>>> path = write_report("results/smollm2-mmlu")          # doctest: +SKIP
+>>> print(format_table(SweepResults.load("results/smollm2-mmlu")))  # doctest: +SKIP
+
+The report embeds plotly.js once, inline, so it opens offline (no CDN). It reads everything from
+the folder (``sweep.json``, ``thresholds.json``, ``runs/*.json`` and, when present,
+``scores.pt``), so it can be rewritten at any time, also for a sweep that is still running: the
+missing runs are listed and every table and figure uses the runs that finished.
+"""
+
+import html
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from . import plots
+from .plots import score_label
+from .analysis import normalized_auc
+from .calibration import Thresholds, calibrate
+from .recording import HeadScores, toolkit_version
+from .scores import get_score
+from .sweep import BASELINE, SweepResults
+
+HEATMAP_P = 0.30
+"""The nominal fraction whose threshold outlines heads in the report's heatmap (the paper's largest)."""
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+Real = int | float | np.integer | np.floating
+COLUMNS = ["score", "label", "max_pct_within", "normalized_auc", "max_realized_pct", "points", "rank"]
+
+
+def _load(results: SweepResults | str | os.PathLike) -> SweepResults:
+    return results if isinstance(results, SweepResults) else SweepResults.load(results)
+
+
+def summary_table(results: SweepResults, tolerance: Real = 1.0) -> pd.DataFrame:
+    """:meth:`SweepResults.table`, also for a sweep without its baseline run yet (then
+    ``max_pct_within`` is NaN). Columns: score, label, max_pct_within, normalized_auc,
+    max_realized_pct, points, rank (by normalized AUC, 1 = best)."""
+    if BASELINE in results.records:
+        frame = results.table(float(tolerance))
+    else:
+        rows = [
+            {
+                "score": key,
+                "label": score_label(key),
+                "max_pct_within": math.nan,
+                "normalized_auc": normalized_auc(points),
+                "max_realized_pct": max(x for x, _ in points),
+                "points": len(points),
+            }
+            for key, points in results.curves().items()
+        ]
+        frame = pd.DataFrame(rows)
+        if not frame.empty:
+            frame = frame.sort_values("normalized_auc", ascending=False, kind="stable").reset_index(drop=True)
+            frame["rank"] = range(1, len(frame) + 1)
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    return frame[COLUMNS]
+
+
+def missing_runs(results: SweepResults) -> list[str]:
+    """Run ids of the sweep's plan that have no record yet."""
+    return [run_id for run_id, _, _ in results.config.run_ids() if run_id not in results.records]
+
+
+def _n_questions(results: SweepResults) -> int | None:
+    rec = results.records.get(BASELINE) or next(iter(results.records.values()), None)
+    return rec.get("n") if rec else None
+
+
+def _partial_note(results: SweepResults, shown: int = 6) -> str | None:
+    missing = missing_runs(results)
+    if not missing:
+        return None
+    total = len(results.config.run_ids())
+    listed = ", ".join(missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown else "")
+    note = f"partial sweep: {total - len(missing)} of {total} runs finished; missing {listed}."
+    if BASELINE not in results.records:
+        note += " No baseline run yet, so the max-% within tolerance is not available."
+    return note
+
+
+def _fmt(value: Real | None, digits: int = 2) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _tol(tolerance: Real) -> str:
+    return f"{tolerance:g} pt"
+
+
+def format_table(results: SweepResults | str | os.PathLike, *, tolerance: Real = 1.0) -> str:
+    """Plain-text summary: the baseline accuracy, then one row per score ranked by normalized AUC
+    (rank, score label, max % zeroed within ``tolerance`` points, normalized AUC, max realized %)."""
+    results = _load(results)
+    cfg = results.config
+    n = _n_questions(results)
+    lines = [f"{cfg.model} on {cfg.task}" + (f" ({n} questions)" if n is not None else "")]
+    if BASELINE in results.records:
+        lines.append(f"baseline accuracy (nothing zeroed): {results.baseline_percent:.2f}%")
+    else:
+        lines.append("baseline accuracy (nothing zeroed): not run yet")
+    note = _partial_note(results)
+    if note:
+        lines.append(f"note: {note}")
+    frame = summary_table(results, tolerance)
+    if frame.empty:
+        lines.append("no ablation run has finished yet.")
+        return "\n".join(lines)
+    header = ["rank", "score", f"max % zeroed within {_tol(tolerance)}", "normalized AUC", "max realized %"]
+    rows = [
+        [str(int(r["rank"])), str(r["label"]), _fmt(r["max_pct_within"]), _fmt(r["normalized_auc"]),
+         _fmt(r["max_realized_pct"])]
+        for _, r in frame.iterrows()
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    lines += ["", line(header), line(["-" * w for w in widths]), *map(line, rows)]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# HTML
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif;
+       color: #222; margin: 0; background: #f6f7f9; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 48px; background: #fff; }
+h1 { font-size: 1.6em; margin: 0.2em 0 0.4em; }
+h2 { font-size: 1.25em; margin: 2em 0 0.4em; border-bottom: 1px solid #e3e5e8; padding-bottom: 0.2em; }
+p.caption { color: #555; max-width: 60em; margin: 0.3em 0 0.8em; line-height: 1.45; }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 0.25em 1.2em; margin: 0.5em 0 1em; }
+dl.meta dt { color: #666; } dl.meta dd { margin: 0; }
+.note { background: #fff7e0; border-left: 4px solid #f0b400; padding: 0.6em 1em; margin: 1em 0; }
+table.data { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
+table.data th, table.data td { padding: 0.3em 0.8em; border-bottom: 1px solid #e6e8eb; text-align: left; }
+table.data th { background: #f2f4f6; font-weight: 600; }
+table.data td.num, table.data th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.data tr.best td { font-weight: 600; background: #eefaf7; }
+.swatch { display: inline-block; width: 0.8em; height: 0.8em; border-radius: 2px; margin-right: 0.4em;
+          vertical-align: -0.05em; }
+.figure { margin: 0.5em 0 1.5em; overflow-x: auto; max-width: 100%; }
+.row { display: flex; flex-wrap: wrap; gap: 0 24px; align-items: flex-start; }
+footer { color: #777; font-size: 0.85em; margin-top: 3em; }
+code { background: #f2f4f6; padding: 0 0.25em; border-radius: 3px; }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool],
+                row_classes: Sequence[str] | None = None, table_id: str | None = None) -> str:
+    """Header and cells are HTML already (escape before)."""
+    head = "".join(f'<th class="num">{h}</th>' if num else f"<th>{h}</th>" for h, num in zip(header, numeric))
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        cells = "".join(f'<td class="num">{c}</td>' if num else f"<td>{c}</td>" for c, num in zip(row, numeric))
+        body.append(f"<tr{cls}>{cells}</tr>")
+    ident = f' id="{table_id}"' if table_id else ""
+    return f'<table class="data"{ident}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _figure(fig: go.Figure, div_id: str) -> str:
+    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=FIGURE_CONFIG)
+    # Fixed-size figures (heatmaps) keep their size, so two of them can sit side by side.
+    style = f' style="width:{int(fig.layout.width)}px"' if fig.layout.width else ""
+    return f'<div class="figure"{style}>{body}</div>'
+
+
+def _swatch(key: str) -> str:
+    return f'<span class="swatch" style="background:{plots.score_color(key)}"></span>'
+
+
+def _best_key(frame: pd.DataFrame) -> str | None:
+    """The score with the most heads zeroed within tolerance (ties: better AUC), Random last."""
+    if frame.empty:
+        return None
+    candidates = frame[frame["score"] != "random"] if (frame["score"] != "random").any() else frame
+    ordered = candidates.assign(_w=candidates["max_pct_within"].fillna(-1.0)).sort_values(
+        ["_w", "normalized_auc"], ascending=[False, False], kind="stable"
+    )
+    return str(ordered.iloc[0]["score"])
+
+
+def _header_html(results: SweepResults) -> str:
+    cfg = results.config
+    subjects = "all" if not cfg.subjects else ", ".join(cfg.subjects[:8]) + (
+        f" … ({len(cfg.subjects)} subjects)" if len(cfg.subjects) > 8 else ""
+    )
+    finished = [r.get("finished_at") for r in results.records.values() if r.get("finished_at")]
+    n = _n_questions(results)
+    total = len(cfg.run_ids())
+    items = [
+        ("model", f"<code>{_e(cfg.model)}</code>"),
+        ("task", _e(cfg.task)),
+        ("subjects", _e(subjects)),
+        ("limit", _e(cfg.limit if cfg.limit is not None else "none")),
+        ("questions (n)", _e(n if n is not None else "—")),
+        ("dtype / backend", _e(f"{cfg.dtype} / {cfg.backend}")),
+        ("thresholds", _e(cfg.thresholds)),
+        ("runs finished", _e(f"{len(results.records)} of {total}")),
+        ("last run finished", _e(max(finished) if finished else "—")),
+        ("report written", _e(datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"))),
+        ("toolkit version", _e(f"inactive-heads {toolkit_version()}")),
+        ("results folder", f"<code>{_e(results.path)}</code>"),
+    ]
+    meta = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)
+    return f'<h1>Inactive heads: {_e(cfg.model)} on {_e(cfg.task)}</h1>\n<dl class="meta">{meta}</dl>'
+
+
+def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -> str:
+    parts = ['<h2 id="summary">Max % of heads zeroed within ' f"{_e(_tol(tolerance))} of the baseline</h2>"]
+    has_baseline = BASELINE in results.records
+    if has_baseline:
+        parts.append(
+            f'<p class="caption">Baseline accuracy (nothing zeroed): <b>{results.baseline_percent:.2f}%</b>. '
+            "For each score, the largest realized % of (sequence, layer, head) triples zeroed while accuracy "
+            f"stays within {_e(_tol(tolerance))} (absolute) of the baseline: the last crossing of its "
+            "piecewise-linear curve with the line baseline − tolerance, 0 when it never crosses "
+            "(the paper's Table 2 statistic).</p>"
+        )
+    if frame.empty:
+        parts.append("<p>No ablation run has finished yet.</p>")
+        return "\n".join(parts)
+    ordered = frame.assign(_w=frame["max_pct_within"].fillna(-1.0)).sort_values(
+        ["_w", "normalized_auc"], ascending=[False, False], kind="stable"
+    )
+    best = _best_key(frame)
+    n_planned = len(results.config.quantiles)
+    rows, classes = [], []
+    for _, r in ordered.iterrows():
+        rows.append([
+            f"{_swatch(r['score'])}{_e(r['label'])}",
+            f"<code>{_e(r['score'])}</code>",
+            _fmt(r["max_pct_within"]),
+            _fmt(r["normalized_auc"]),
+            str(int(r["rank"])),
+            _fmt(r["max_realized_pct"]),
+            f"{int(r['points'])} / {n_planned}",
+        ])
+        classes.append("best" if r["score"] == best and has_baseline else "")
+    header = ["score", "key", f"max % zeroed within {_e(_tol(tolerance))}", "normalized AUC", "AUC rank",
+              "max realized %", "runs"]
+    parts.append(_html_table(header, rows, [False, False, True, True, True, True, True], classes, "max-within"))
+    if has_baseline and "awft" in set(frame["score"]) and len(frame) > 1:
+        awft = float(frame.loc[frame["score"] == "awft", "max_pct_within"].iloc[0])
+        others = frame[frame["score"] != "awft"]
+        top = others.loc[others["max_pct_within"].idxmax()]
+        parts.append(
+            f'<p class="caption">Best score other than AWFT: <b>{_e(top["label"])}</b>, '
+            f"{top['max_pct_within']:.2f}% zeroed within {_e(_tol(tolerance))}, against {awft:.2f}% for AWFT "
+            f"(difference {top['max_pct_within'] - awft:+.2f} points).</p>"
+        )
+    return "\n".join(parts)
+
+
+def _thresholds_html(results: SweepResults) -> str:
+    parts = ['<h2 id="thresholds">Thresholds</h2>']
+    if not results.thresholds:
+        parts.append("<p>No <code>thresholds.json</code> in the results folder yet.</p>")
+        return "\n".join(parts)
+    ps = sorted({p for t in results.thresholds.values() for p in t.quantiles})
+    parts.append(
+        '<p class="caption">τ<sub>p</sub> per score: the p-quantile of the pooled (sequence, layer, head) '
+        "scores recorded with nothing zeroed (1 − p for the “above” scores; Random uses p itself). "
+        "One global τ per score, applied per sequence in every layer.</p>"
+    )
+    rows = []
+    for key, t in results.thresholds.items():
+        by_p = dict(t.items())
+        op = "&gt;" if t.direction == "above" else "&lt;"
+        rows.append(
+            [f"{_swatch(key)}{_e(score_label(key))}", f"inactive if {op} τ"]
+            + [_e(f"{by_p[p]:.4g}") if p in by_p else "—" for p in ps]
+            + [_e(t.source), _e(f"{t.n_scores:,}" if t.n_scores else "—")]
+        )
+    header = ["score", "direction"] + [f"p = {p:.0%}" for p in ps] + ["source", "pool size"]
+    numeric = [False, False] + [True] * len(ps) + [False, True]
+    parts.append(_html_table(header, rows, numeric, table_id="thresholds-table"))
+    return "\n".join(parts)
+
+
+def _threshold_at(thresholds: Thresholds | None, head_scores: HeadScores, key: str, p: Real) -> float:
+    """τ_p from the sweep's thresholds, else calibrated here on the recorded scores."""
+    if thresholds is not None:
+        try:
+            return thresholds.at(p)
+        except KeyError:
+            pass
+    return calibrate(head_scores, key, [p]).values[0]
+
+
+def _scores_html(results: SweepResults) -> str:
+    path = results.path / "scores.pt"
+    if not path.is_file():
+        return ""
+    parts = ['<h2 id="scores">Recorded head scores (nothing zeroed)</h2>']
+    try:
+        hs = results.head_scores()
+    except (OSError, ValueError, RuntimeError) as err:
+        parts.append(f'<div class="note">Could not read <code>{_e(path)}</code>: {_e(err)}</div>')
+        return "\n".join(parts)
+    key = "ahon_ln" if "ahon_ln" in hs else hs.keys()[0]
+    label = score_label(key)
+    t = results.thresholds.get(key)
+    tau = _threshold_at(t, hs, key, HEATMAP_P)
+    op = ">" if get_score(key).direction == "above" else "<"
+    parts.append(
+        f'<p class="caption">{hs.n_sequences:,} sequences × {hs.n_layers} layers × {hs.n_heads} heads, '
+        f"recorded on the evaluation inputs. Heatmap: each head's {_e(label)} averaged over sequences; "
+        f"outlined are the heads whose average is {_e(op)} τ<sub>{HEATMAP_P:.0%}</sub> = {tau:.4g}. "
+        "The ablation itself flags heads per sequence, so a head can be zeroed on some inputs and "
+        "not on others: the second heatmap shows on what % of the sequences each head is flagged at "
+        "the same τ (on the recorded scores, so without the cascade of earlier ablations).</p>"
+    )
+    parts.append(
+        '<div class="row">'
+        + _figure(plots.score_heatmap(hs, key, threshold=tau, title=f"{label}: mean over sequences"),
+                  "fig-heatmap")
+        + _figure(plots.flag_rate_heatmap(hs, key, tau, title=f"{label} {op} τ: % of sequences"),
+                  "fig-flag-rate")
+        + "</div>"
+    )
+    parts.append(
+        '<p class="caption">The pooled distribution the thresholds are read from, with τ<sub>p</sub> '
+        "marked (labels: p).</p>"
+    )
+    parts.append(_figure(plots.score_distributions(hs, key, thresholds=t), "fig-distribution"))
+    keys = [k for k in results.config.scores if k in hs] or hs.keys()
+    parts.append(_figure(plots.layer_profiles(hs, keys), "fig-layer-profiles"))
+    iou_keys = {k: _threshold_at(results.thresholds.get(k), hs, k, HEATMAP_P) for k in keys}
+    if len(iou_keys) >= 2:
+        parts.append(
+            '<p class="caption">How much the scores agree: IoU of the (sequence, layer, head) sets each '
+            f"flags at its τ<sub>{HEATMAP_P:.0%}</sub> on the recorded scores (no ablation cascade).</p>"
+        )
+        parts.append(_figure(plots.iou_heatmap(hs, iou_keys), "fig-iou"))
+    return "\n".join(parts)
+
+
+def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
+    """The report as one HTML string (plotly.js inline)."""
+    frame = summary_table(results, tolerance)
+    has_baseline = BASELINE in results.records
+    body = [_header_html(results)]
+    note = _partial_note(results)
+    if note:
+        body.append(f'<div class="note">{_e(note[0].upper() + note[1:])}</div>')
+    body.append(_summary_html(results, frame, tolerance))
+    if not frame.empty:
+        body.append('<h2 id="curves">Accuracy vs % of heads zeroed</h2>')
+        body.append(
+            '<p class="caption">One point per threshold τ<sub>p</sub>; x is the realized % of (sequence, layer, '
+            "head) triples zeroed during the ablated run (not the nominal p). Solid lines: layer-normalized "
+            "(LN) scores; dashed: raw; dotted: HN and Random. Click a legend entry to hide it, double-click "
+            "to show it alone.</p>"
+        )
+        body.append(_figure(plots.accuracy_curves(results, tolerance=tolerance), "fig-curves"))
+        body.append('<h2 id="ranking">Ranking by normalized AUC</h2>')
+        body.append(
+            '<p class="caption">Area under each accuracy curve divided by its own realized x-span: the mean '
+            "accuracy over the range of % zeroed that the score reached (the paper's Fig. 3 ranking)."
+            + (" The dashed line is the baseline accuracy." if has_baseline else "")
+            + "</p>"
+        )
+        body.append(_figure(plots.auc_ranking(results), "fig-ranking"))
+    body.append(_thresholds_html(results))
+    best = _best_key(frame)
+    if best is not None:
+        body.append(f'<h2 id="by-layer">Where the zeroing happens: {_e(score_label(best))} by layer</h2>')
+        why = (
+            f"the score with the most heads zeroed within {_e(_tol(tolerance))}"
+            if has_baseline
+            else "the best score by normalized AUC (no baseline run yet)"
+        )
+        body.append(
+            f'<p class="caption">{_e(score_label(best))} is {why}. Per layer, the % of (sequence, head) '
+            "pairs it zeroed in each ablated run.</p>"
+        )
+        body.append(_figure(plots.realized_by_layer(results, best), "fig-by-layer"))
+    body.append(_scores_html(results))
+    body.append(
+        f"<footer>Written by inactive-heads {_e(toolkit_version())} with plotly {_e(plotly.__version__)} "
+        "(plotly.js embedded; the file opens offline).</footer>"
+    )
+    title = f"Inactive heads: {results.config.model} on {results.config.task}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{_e(title)}</title>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<style>{_CSS}</style>\n<script type=\"text/javascript\">{get_plotlyjs()}</script>\n</head>\n"
+        f"<body>\n<main>\n{chr(10).join(p for p in body if p)}\n</main>\n</body>\n</html>\n"
+    )
+
+
+def write_report(
+    results_dir: str | os.PathLike,
+    out_path: str | os.PathLike | None = None,
+    *,
+    tolerance: Real = 1.0,
+) -> Path:
+    """Write the HTML report of the sweep in ``results_dir`` (default ``<results_dir>/report.html``),
+    atomically (temp file + rename); returns its path."""
+    results = SweepResults.load(results_dir)
+    out = Path(out_path) if out_path is not None else Path(results_dir) / "report.html"
+    text = render_report(results, tolerance=tolerance)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+__all__ = ["format_table", "missing_runs", "render_report", "summary_table", "write_report"]

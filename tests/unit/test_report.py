@@ -1,0 +1,124 @@
+"""The HTML report and the terminal table, on synthetic sweep folders (structure, not bytes)."""
+
+import json
+import re
+
+import pytest
+from synthetic_sweep import write_synthetic_sweep
+
+from inactive_heads.report import format_table, missing_runs, summary_table, write_report
+from inactive_heads.sweep import SweepConfig, SweepResults
+
+LABELS = ["AHON (LN)", "AWFT", "AEQD", "Random"]
+# Synthetic curves (see write_synthetic_sweep): baseline 50, line at 49.
+MAX_WITHIN = {"ahon_ln": 20.0, "awft": 10.0, "aeqd": 20 / 3, "random": 1.0}
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    return write_synthetic_sweep(tmp_path / "sweep")
+
+
+def test_write_report_is_self_contained(sweep_dir):
+    path = write_report(sweep_dir)
+    assert path == sweep_dir / "report.html" and path.is_file()
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    # plotly.js inline, exactly once, and no script loaded from anywhere
+    assert text.count("plotly.js v") == 1
+    assert not re.search(r"<script[^>]*\bsrc=", text)
+    assert 'src="https://cdn.plot.ly' not in text
+    assert text.count("Plotly.newPlot(") >= 6
+    for div in ("fig-curves", "fig-ranking", "fig-by-layer", "fig-heatmap", "fig-flag-rate", "fig-distribution",
+                "fig-layer-profiles", "fig-iou"):
+        assert f'id="{div}"' in text
+    # no temp file left behind
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.name.startswith(".")) == []
+
+
+def test_report_header_and_tables(sweep_dir):
+    text = write_report(sweep_dir).read_text(encoding="utf-8")
+    assert "Inactive heads: toy-model on mmlu" in text
+    for field in ("model", "task", "subjects", "limit", "questions (n)", "report written", "toolkit version"):
+        assert f"<dt>{field}</dt>" in text
+    assert "<dd>anatomy</dd>" in text and "<dd>20</dd>" in text
+    assert "inactive-heads " in text
+    table = text[text.index('id="max-within"'):]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table)[1:]
+    assert len(rows) == 4
+    # sorted by max % within, best first, with the values
+    for row, (key, value) in zip(rows, sorted(MAX_WITHIN.items(), key=lambda kv: -kv[1])):
+        assert f"<code>{key}</code>" in row and f">{value:.2f}<" in row
+    assert '<tr class="best">' in table and "AHON (LN)" in table.split('<tr class="best">')[1].split("</tr>")[0]
+    assert "Baseline accuracy (nothing zeroed): <b>50.00%</b>" in text
+    assert 'id="thresholds-table"' in text and "p = 30%" in text
+    assert "inactive if &gt; τ" in text and "inactive if &lt; τ" in text
+    assert "Best score other than AWFT: <b>AHON (LN)</b>" in text
+    assert "AHON (LN) by layer" in text
+    assert "partial sweep" not in text.lower()
+
+
+def test_report_custom_path_and_tolerance(sweep_dir, tmp_path):
+    out = write_report(sweep_dir, tmp_path / "out" / "r.html", tolerance=2)
+    assert out == tmp_path / "out" / "r.html" and out.is_file()
+    text = out.read_text(encoding="utf-8")
+    assert "within 2 pt" in text and "within 1 pt" not in text
+    assert not (sweep_dir / "report.html").exists()
+
+
+def test_report_without_scores_pt(tmp_path):
+    path = write_synthetic_sweep(tmp_path / "s", with_scores_pt=False)
+    text = write_report(path).read_text(encoding="utf-8")
+    assert 'id="fig-curves"' in text and 'id="fig-heatmap"' not in text and 'id="fig-iou"' not in text
+
+
+def test_report_heatmap_falls_back_to_first_recorded_score(tmp_path):
+    path = write_synthetic_sweep(tmp_path / "s", scores=["awft", "aeqd"])
+    text = write_report(path).read_text(encoding="utf-8")
+    assert 'id="fig-heatmap"' in text and "AWFT: mean over sequences" in text
+
+
+def test_partial_sweep(tmp_path):
+    path = write_synthetic_sweep(tmp_path / "s", skip=["baseline", "awft@p=0.30", "aeqd@p=0.25"])
+    results = SweepResults.load(path)
+    assert missing_runs(results) == ["baseline", "awft@p=0.30", "aeqd@p=0.25"]
+    frame = summary_table(results)
+    assert frame["max_pct_within"].isna().all() and list(frame["rank"]) == [1, 2, 3, 4]
+    assert frame.set_index("score").loc["awft", "points"] == 6
+
+    text = write_report(path).read_text(encoding="utf-8")
+    assert "Partial sweep: 26 of 29 runs finished" in text
+    assert "awft@p=0.30" in text and "No baseline run yet" in text
+    assert 'id="fig-curves"' in text
+
+    table = format_table(results)
+    assert "not run yet" in table and "partial sweep: 26 of 29" in table and "—" in table
+
+
+def test_report_of_an_empty_sweep(tmp_path):
+    path = tmp_path / "empty"
+    path.mkdir()
+    (path / "sweep.json").write_text(json.dumps(SweepConfig(scores=["ahon_ln"]).to_dict()))
+    text = write_report(path).read_text(encoding="utf-8")
+    assert "No ablation run has finished yet" in text and "No <code>thresholds.json</code>" in text
+    assert 'id="fig-curves"' not in text
+    assert "no ablation run has finished yet" in format_table(path)
+
+
+def test_format_table(sweep_dir):
+    text = format_table(SweepResults.load(sweep_dir))
+    lines = text.splitlines()
+    assert lines[0] == "toy-model on mmlu (20 questions)"
+    assert lines[1] == "baseline accuracy (nothing zeroed): 50.00%"
+    header = next(line for line in lines if line.startswith("rank"))
+    assert "score" in header and "max % zeroed within 1 pt" in header
+    assert "normalized AUC" in header and "max realized %" in header
+    rows = lines[lines.index(header) + 2 :]
+    assert [row.split()[0] for row in rows] == ["1", "2", "3", "4"]
+    for label in LABELS:
+        assert sum(label in row for row in rows) == 1
+    ahon = next(row for row in rows if "AHON (LN)" in row)
+    assert ahon.split()[-3:] == ["20.00", "49.25", "30.00"]
+    assert format_table(sweep_dir) == text  # a path works too
+    assert "within 2 pt" in format_table(sweep_dir, tolerance=2)
