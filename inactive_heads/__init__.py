@@ -3,8 +3,25 @@
 Implements the method of Sandoval-Segura et al., "Identifying and Evaluating Inactive Heads in
 Pretrained LLMs" (ICLR 2026): score every head, pick quantile thresholds, zero flagged heads'
 outputs at ``hook_z`` inside the forward pass, and measure benchmark accuracy.
+
+    >>> import inactive_heads as ih                                         # doctest: +SKIP
+    >>> model = ih.load_model("smollm2-135m")                               # doctest: +SKIP
+    >>> scores = ih.record_scores(model, ["The cat sat on the mat."])       # doctest: +SKIP
+    >>> ih.evaluate(model, "mmlu", subjects=["anatomy"], limit=10,
+    ...             ablation=ih.DynamicAblation("ahon_ln", 0.5))            # doctest: +SKIP
 """
 
+from .ablation import (
+    AblationSpec,
+    AblationStats,
+    DynamicAblation,
+    HeadAblation,
+    RandomAblation,
+    StaticAblation,
+    zero_heads_hook,
+)
+from .calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
+from .evaluate import EvalPlan, EvalResult, evaluate, plan_evaluation
 from .models import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
 from .recording import HeadScores, record_scores
 from .scores import (
@@ -17,22 +34,47 @@ from .scores import (
     score_keys,
     unregister_score,
 )
+from .sweep import SweepConfig, SweepResults, run_sweep, sweep_results
+from .tasks import TASKS, build_requests, load_docs
 
 __all__ = [
+    "AblationSpec",
+    "AblationStats",
     "BUILTIN_MODELS",
     "DEFAULT_MODEL",
+    "DEFAULT_QUANTILES",
+    "DynamicAblation",
+    "EvalPlan",
+    "EvalResult",
+    "HeadAblation",
     "HeadScores",
     "LayerActivations",
     "ModelInfo",
     "ModelLoadError",
     "PAPER_SCORES",
+    "RandomAblation",
     "ScoreFunction",
+    "StaticAblation",
+    "SweepConfig",
+    "SweepResults",
+    "TASKS",
+    "Thresholds",
+    "build_requests",
+    "calibrate",
+    "evaluate",
     "get_score",
     "layer_normalize",
+    "load_docs",
     "load_model",
     "model_info",
+    "official_models",
+    "official_thresholds",
+    "plan_evaluation",
     "record_scores",
     "register_score",
+    "run_sweep",
     "score_keys",
+    "sweep_results",
     "unregister_score",
+    "zero_heads_hook",
 ]

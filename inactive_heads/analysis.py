@@ -290,10 +290,12 @@ def iou(
         raise ValueError(f"iou needs boolean masks; got {a.dtype} and {b.dtype}")
     if a.shape != b.shape:
         raise ValueError(f"masks differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
-    union = int((a | b).sum())
+    # numpy counts booleans far faster than torch's sum (which widens to int64 first).
+    a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
+    union = int(np.count_nonzero(a_np | b_np))
     if union == 0:
         return 1.0
-    return int((a & b).sum()) / union
+    return int(np.count_nonzero(a_np & b_np)) / union
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def register_subcommand(name: str, help: str, add_arguments: AddArguments, run: 
 # models
 
 
-def format_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+def format_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     """A plain left-aligned text table (numbers right-aligned)."""
     cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

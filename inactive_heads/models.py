@@ -8,6 +8,7 @@ hub is reachable, works too.
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -15,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -161,11 +163,21 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _hf_progress_bars(enabled: bool):
-    """Silence transformers' own progress bars (GGUF dequantizing, weight loading) unless enabled."""
+def _hf_progress_bars(enabled: bool, *, gguf: bool = False):
+    """Silence transformers' own progress bars (weight loading; GGUF dequantizing if ``gguf``)."""
     from transformers.utils import logging as hf_logging
 
     silence = not enabled and hf_logging.is_progress_bar_enabled()
+    patched = None
+    if not enabled and gguf:
+        # The GGUF reader calls tqdm directly, ignoring transformers' progress-bar switch.
+        try:
+            from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+            patched = (gguf_utils, gguf_utils.tqdm)
+            gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
+        except (ImportError, AttributeError):
+            patched = None
     if silence:
         hf_logging.disable_progress_bar()
     try:
@@ -173,6 +185,8 @@ def _hf_progress_bars(enabled: bool):
     finally:
         if silence:
             hf_logging.enable_progress_bar()
+        if patched is not None:
+            patched[0].tqdm = patched[1]
 
 
 def _package_dir(module: str) -> Path | None:
@@ -256,6 +270,7 @@ def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
     target = converted_dir(model)
     if is_converted(model):
         return target
+    gguf_part_paths(model)  # a missing package fails here, before the slow imports below
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -264,7 +279,7 @@ def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
     bar = tqdm(steps, desc=f"converting {model.alias} (once)", disable=not progress, leave=False)
     start = time.perf_counter()
     with (
-        _hf_progress_bars(progress),
+        _hf_progress_bars(progress, gguf=True),
         tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.alias}-") as tmp,
     ):
         tmp_path = Path(tmp)
@@ -424,7 +439,13 @@ def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device
             ) from exc
     if device is not None:
         cfg.device = device
-    model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
+    with warnings.catch_warnings():
+        # TransformerLens 3.9 deprecates HookedTransformer in favour of TransformerBridge; this
+        # toolkit supports both on purpose (backend="bridge" is the forward-compatible one).
+        warnings.filterwarnings(
+            "ignore", message="HookedTransformer is deprecated", category=DeprecationWarning
+        )
+        model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
     state_dict = loading.get_pretrained_state_dict(str(local_dir), cfg, hf_model=hf_model, dtype=dtype)
     model.load_and_process_state_dict(
         state_dict,

