@@ -36,6 +36,7 @@ from .scores import (
 )
 from .sweep import SweepConfig, SweepResults, run_sweep, sweep_results
 from .tasks import TASKS, build_requests, load_docs
+from .texts import lambada_passages, read_text_file
 
 __all__ = [
     "AblationSpec",
@@ -65,11 +66,13 @@ __all__ = [
     "get_score",
     "layer_normalize",
     "load_docs",
+    "lambada_passages",
     "load_model",
     "model_info",
     "official_models",
     "official_thresholds",
     "plan_evaluation",
+    "read_text_file",
     "record_scores",
     "register_score",
     "run_sweep",
