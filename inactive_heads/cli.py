@@ -337,7 +337,7 @@ register_subcommand("report", "print the results table and write a self-containe
 
 # Three subjects with short 5-shot prompts (about 340 tokens), so a CPU can afford a full sweep.
 DEMO_SUBJECTS = ("world_religions", "management", "miscellaneous")
-DEMO_LIMIT = 12
+DEMO_LIMIT = 8
 DEMO_DTYPE = "float32"
 DEMO_SCORES = ("awft", "ahon_ln", "lthon_ln", "avvn_ln")
 
