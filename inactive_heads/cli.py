@@ -386,7 +386,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     return status
 
 
-register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and real MMLU (~15 min on 2 cores)",
+register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and real MMLU (15-30 min on 2 cores)",
                     _add_demo_arguments, _run_demo)
 
 
