@@ -23,7 +23,7 @@ from torch import Tensor
 
 from .hooks import HeadHookRunner
 from .models import model_info
-from .scores import READABLE, LayerActivations, get_score
+from .scores import LayerActivations, get_score, layer_reads
 
 AblationKind = Literal["static", "dynamic", "random"]
 
@@ -218,7 +218,7 @@ class DynamicAblation(HeadAblation):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         self.threshold = float(threshold)
         self.seed = seed
-        self.reads = READABLE  # as in recording: free to hold, and undeclared reads still work
+        self.reads = layer_reads([self.score])
 
     @property
     def spec(self) -> AblationSpec:

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from .hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
 from .models import model_info
-from .scores import READABLE, LayerActivations, get_score, resolve_scores
+from .scores import LayerActivations, get_score, layer_reads, resolve_scores
 
 FORMAT_VERSION = 1
 
@@ -175,9 +175,7 @@ def record_scores(
     functions = resolve_scores(scores)
     info = model_info(model)
     sequences = tokenize(model, inputs)
-    # Every layer's pattern, values and W_O are alive until its hook_z anyway: holding them costs
-    # no memory, and a custom score that reads more than it declared still works.
-    reads = READABLE
+    reads = layer_reads(functions)
     n, L, H = len(sequences), info.n_layers, info.n_heads
     out = {f.key: torch.empty((n, L, H), dtype=torch.float32) for f in functions}
     rows: Tensor | None = None

@@ -220,6 +220,17 @@ def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[Sco
     return [get_score(k) for k in scores]
 
 
+def layer_reads(functions) -> tuple[str, ...]:
+    """What the hooks hold for these score functions.
+
+    A layer's pattern, values and outputs are alive until its hook_z anyway, so holding them costs
+    no memory and an undeclared read of them still works. ``W_O`` is fetched only when a score
+    declares it (the bridge rebuilds it on every access).
+    """
+    wants_w_o = any("W_O" in f.reads for f in functions)
+    return ("pattern", "v", "z", "W_O") if wants_w_o else ("pattern", "v", "z")
+
+
 def layer_normalize(scores: Float[Tensor, "batch head"]) -> Float[Tensor, "batch head"]:
     """Divide by the mean over the layer's heads (same sequence); 0 where that mean is 0."""
     mean = scores.mean(dim=-1, keepdim=True)
