@@ -241,7 +241,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     from .calibration import calibrate
     from .recording import HeadScores
     from .scores import get_score
-    from .sweep import write_json_atomic
+    from .io import write_json_atomic
 
     hs = HeadScores.load(args.scores_file)
     keys = args.scores or hs.keys()

@@ -2,7 +2,6 @@
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
+from .io import atomic_path
 from .models import model_info
 from .scores import LayerActivations, get_score, layer_reads, resolve_scores
 
@@ -121,14 +121,8 @@ class HeadScores:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Metadata travels as JSON text: it must round-trip exactly and load with weights_only.
         payload = {"format": FORMAT_VERSION, "scores": self.scores, "metadata": json.dumps(self.metadata)}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             torch.save(payload, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         return path
 
     @classmethod

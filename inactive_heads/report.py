@@ -12,7 +12,6 @@ missing runs are listed and every table and figure uses the runs that finished.
 import html
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from . import plots
+from .io import write_text_atomic
 from .plots import score_label
 from .analysis import normalized_auc
 from .calibration import Thresholds, calibrate
@@ -420,16 +420,7 @@ def write_report(
     results = SweepResults.load(results_dir)
     out = Path(out_path) if out_path is not None else Path(results_dir) / "report.html"
     text = render_report(results, tolerance=tolerance)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return write_text_atomic(out, text)
 
 
 __all__ = ["format_table", "missing_runs", "render_report", "summary_table", "write_report"]

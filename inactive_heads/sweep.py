@@ -12,7 +12,6 @@ Re-running the same command skips finished runs, so an interrupted sweep loses n
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -23,24 +22,12 @@ from tqdm.auto import tqdm
 
 from .ablation import AblationSpec
 from .calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_thresholds
+from .io import write_json_atomic
 from .models import BACKENDS, DEFAULT_MODEL
 from .scores import PAPER_SCORES, get_score
 
 DTYPES = ("float32", "bfloat16", "float16")
 BASELINE = "baseline"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 @dataclass
