@@ -5,23 +5,32 @@ one model: the realized % of (sequence, layer, head) triples zeroed (x) and the 
 accuracy in % (y), one point per threshold τ_p. From these:
 
 * :func:`max_fraction_within`: the paper's Table 2 statistic, the largest % of heads that can be
-  zeroed while accuracy stays within ``tolerance`` points of the baseline (METHOD.md §5.6);
-* :func:`normalized_auc` / :func:`rank_by_auc`: the Fig. 3 ranking (METHOD.md §5.7);
+  zeroed while accuracy stays within ``tolerance`` points of the baseline (docs/concepts.md, "Summarizing a curve");
+* :func:`normalized_auc` / :func:`rank_by_auc`: the Fig. 3 ranking (docs/concepts.md, "Summarizing a curve");
 * :func:`table2`, :func:`max_fraction_table`, :func:`auc_table`, :func:`rank_table`,
   :func:`spearman_between_models`, :func:`topk_iou`: the same over several models;
 * :func:`flagged_mask` / :func:`iou`: agreement between the heads two scores flag;
 * :func:`wasserstein` / :func:`wasserstein_matrix`: distance between score distributions
-  (METHOD.md §9; our design, see the docstring).
+  (our design, see the docstring);
+* uncertainty (docs/concepts.md, "Uncertainty"): a paired bootstrap over questions.
+  :func:`bootstrap_indices` draws one ``[B, n]`` matrix of question indices that every run
+  shares (all runs answer the same questions as the baseline), :func:`accuracy_interval` and
+  :func:`difference_interval` give 95 % intervals of one run's accuracy and of its paired
+  difference from the baseline, and :func:`curve_intervals` recomputes every run's value on each
+  resample, then each score's curve, then its max-% within tolerance and normalized AUC;
+* label-free paired measures from the stored answer log-likelihoods: :func:`answer_agreement`
+  (same chosen answer as the unablated model) and :func:`choice_kl` (KL divergence between the
+  unablated and ablated distributions over the answer choices).
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float
-from scipy import stats
+from jaxtyping import Bool, Float, Int
+from scipy import special, stats
 from torch import Tensor
 
 from .calibration import pooled_scores, resolve_direction, score_tensor
@@ -149,7 +158,7 @@ def table2(
 ) -> pd.DataFrame:
     """The paper's Table 2: per model, the max % zeroed within ``tolerance`` points of the
     baseline for ``sink_key`` (AWFT) and for the best of **all other** scores in ``results``
-    (Random and AWFT (LN) included, METHOD.md §5.6).
+    (Random and AWFT (LN) included; docs/concepts.md, "Summarizing a curve").
 
     Columns: ``model``, ``<sink_key>_max_pct``, ``best_other_key``, ``best_other_max_pct``,
     ``delta`` (best other − sink). Ties for best other go to the first key in ``results`` order.
@@ -311,7 +320,7 @@ def wasserstein(head_scores_a: ScoresLike, head_scores_b: ScoresLike, key: str) 
     score's own units.
 
     This is our design. The paper reports Wasserstein distances between models' score
-    distributions, but how they were computed was not recovered (METHOD.md §9). We pool per
+    distributions, but how they were computed is not stated there. We pool per
     score function and do **not** renormalize: the LN scores are already scale-free (a head's
     value relative to its layer mean), so their distances compare directly across models; the
     raw scores (e.g. AHON, AVVN) then compare absolute magnitudes, which differ between
@@ -331,7 +340,305 @@ def wasserstein_matrix(named: Mapping[str, ScoresLike], key: str) -> pd.DataFram
     return out
 
 
+# ----------------------------------------------------------------------------------------------
+# Uncertainty: a paired bootstrap over questions
+
+DEFAULT_RESAMPLES = 2000
+"""Bootstrap replicates used by the report and the CLI table (percentile intervals)."""
+DEFAULT_LEVEL = 0.95
+Z_95 = 1.959963984540054
+"""The standard normal's 0.975 quantile (two-sided 95 %)."""
+
+
+class Interval(NamedTuple):
+    """A point estimate (computed on all questions) and a percentile bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+    def __format__(self, spec: str) -> str:
+        spec = spec or ".2f"
+        return f"{self.estimate:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
+def bootstrap_indices(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Int[np.ndarray, "B n"]:
+    """``[n_resamples, n]`` question indices drawn with replacement (numpy's PCG64, ``seed``).
+
+    Every statistic of one sweep is computed on the **same** matrix, so the runs stay paired: a
+    replicate that happens to draw the hard questions draws them for the baseline too.
+
+    >>> bootstrap_indices(4, n_resamples=2, seed=1).shape
+    (2, 4)
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"need at least one question to resample; got n={n!r}")
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
+    return np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), int(n)))
+
+
+def _counts(indices: Int[np.ndarray, "B n"], n: int) -> Float[np.ndarray, "B n"]:
+    """How often each question is drawn in each replicate (one row per replicate)."""
+    b = indices.shape[0]
+    flat = (indices + n * np.arange(b)[:, None]).ravel()
+    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def _as_values(values, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"per-question values must be a non-empty [runs, questions] array; got shape {arr.shape}")
+    if n is not None and arr.shape[1] != n:
+        raise ValueError(f"runs must answer the same {n} questions; got {arr.shape[1]}")
+    if not np.isfinite(arr).all():
+        raise ValueError("per-question values contain NaN/inf")
+    return arr
+
+
+def bootstrap_means(
+    values: Float[np.ndarray, "runs n"] | Float[np.ndarray, " n"], indices: Int[np.ndarray, "B n"]
+) -> Float[np.ndarray, "B runs"]:
+    """Mean of each run's per-question values on every resample: ``[B, runs]`` (one matmul)."""
+    arr = _as_values(values)
+    n = arr.shape[1]
+    if indices.ndim != 2 or indices.shape[1] != n:
+        raise ValueError(f"indices must be [B, {n}]; got shape {indices.shape}")
+    return _counts(indices, n) @ arr.T / n
+
+
+def percentile_interval(
+    estimate: Real, replicates: Float[np.ndarray, " B"], level: Real = DEFAULT_LEVEL
+) -> Interval:
+    """``estimate`` with the (1 − level)/2 and (1 + level)/2 quantiles of its replicates."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), e.g. 0.95; got {level}")
+    lo, hi = np.quantile(np.asarray(replicates, dtype=np.float64), [(1 - level) / 2, (1 + level) / 2])
+    return Interval(float(estimate), float(lo), float(hi))
+
+
+def accuracy_interval(
+    correct: Sequence[bool] | np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    level: Real = DEFAULT_LEVEL,
+) -> Interval:
+    """Accuracy in % of one run with its bootstrap interval over questions.
+
+    >>> accuracy_interval([True, True, False, True])
+    Interval(estimate=75.0, low=25.0, high=100.0)
+    """
+    values = 100.0 * _as_values(correct)[0]
+    reps = bootstrap_means(values, bootstrap_indices(values.size, n_resamples, seed))[:, 0]
+    return percentile_interval(values.mean(), reps, level)
+
+
+def difference_interval(
+    correct: Sequence[bool] | np.ndarray,
+    baseline_correct: Sequence[bool] | np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    level: Real = DEFAULT_LEVEL,
+) -> Interval:
+    """Accuracy of a run minus the baseline's, in points, with a **paired** bootstrap interval:
+    each replicate draws the same questions for both, so only the questions whose answer the
+    ablation changed move the difference."""
+    both = 100.0 * _as_values([np.asarray(correct, float), np.asarray(baseline_correct, float)])
+    reps = bootstrap_means(both, bootstrap_indices(both.shape[1], n_resamples, seed))
+    return percentile_interval(both[0].mean() - both[1].mean(), reps[:, 0] - reps[:, 1], level)
+
+
+def questions_to_resolve(accuracy: Real, tolerance: Real = 1.0, *, z: Real = Z_95) -> int:
+    """Questions needed for the baseline's 95 % interval to be no wider than ``tolerance`` points.
+
+    Normal approximation to a proportion: the interval is about ±z·√(p(1−p)/n), so its full
+    width 2z·√(p(1−p)/n) ≤ tol gives ``n ≥ (2z)²·p(1−p)/tol²`` (p and tol as fractions).
+    ``accuracy`` and ``tolerance`` are in %.
+
+    >>> questions_to_resolve(50.0, 1.0)  # (2·1.96)² · 0.25 / 0.01²
+    38415
+    """
+    p = float(accuracy) / 100.0
+    tol = float(tolerance) / 100.0
+    if not 0 <= p <= 1 or tol <= 0:
+        raise ValueError(f"need accuracy in [0, 100] and tolerance > 0; got {accuracy}, {tolerance}")
+    return int(np.ceil((2 * float(z)) ** 2 * max(p * (1 - p), 1e-12) / tol**2))
+
+
+def _sorted_runs(points: Sequence[tuple[Real, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    xs = np.asarray([float(x) for x, _ in points], dtype=np.float64)
+    order = np.argsort(xs, kind="stable")
+    return xs[order], order
+
+
+def max_fraction_within_batch(
+    xs: Float[np.ndarray, " k"], ys: Float[np.ndarray, "B k"], line: Float[np.ndarray, " B"]
+) -> Float[np.ndarray, " B"]:
+    """:func:`max_fraction_within` (``if_never_crosses="zero"``) for many curves at once that share
+    their sorted x: row b is the curve ``ys[b]`` against the line ``line[b]``."""
+    xs = np.asarray(xs, dtype=np.float64)
+    ys = np.asarray(ys, dtype=np.float64)
+    d = ys - np.asarray(line, dtype=np.float64)[:, None]
+    k = xs.size
+    # Events in the scalar scan order: point 0 on the line, then per segment i a strict
+    # crossing inside it followed by point i + 1 on the line. The last true event wins.
+    hit = np.zeros((ys.shape[0], 2 * k - 1), dtype=bool)
+    at = np.zeros_like(hit, dtype=np.float64)
+    hit[:, 0], at[:, 0] = d[:, 0] == 0, xs[0]
+    if k > 1:
+        d1, d2 = d[:, :-1], d[:, 1:]
+        strict = d1 * d2 < 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x_cross = xs[:-1] + (-d1) * (xs[1:] - xs[:-1]) / (d2 - d1)
+        hit[:, 1::2], at[:, 1::2] = strict, np.where(strict, x_cross, 0.0)
+        hit[:, 2::2], at[:, 2::2] = d2 == 0, xs[1:]
+    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
+    found = hit.any(axis=1)
+    return np.where(found, at[np.arange(hit.shape[0]), last], 0.0)
+
+
+def _auc_weights(xs: np.ndarray) -> np.ndarray:
+    """w with ``ys @ w == normalized_auc(zip(xs, ys))`` (trapezoid over the span; plain mean if 0)."""
+    k = xs.size
+    span = float(xs[-1] - xs[0])
+    if span == 0.0:
+        return np.full(k, 1.0 / k)
+    dx = np.diff(xs)
+    w = np.zeros(k)
+    w[:-1] += dx / 2
+    w[1:] += dx / 2
+    return w / span
+
+
+def curve_intervals(
+    curves: Mapping[str, Sequence[tuple[Real, Sequence[float] | np.ndarray]]],
+    baseline: Sequence[float] | np.ndarray | Real,
+    tolerance: Real = 1.0,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    level: Real = DEFAULT_LEVEL,
+    indices: Int[np.ndarray, "B n"] | None = None,
+) -> pd.DataFrame:
+    """Max-% within ``tolerance`` and normalized AUC of every curve, with paired bootstrap intervals.
+
+    ``curves[key]`` is a list of ``(realized % zeroed, per-question values)`` runs, where a run's
+    curve value is the mean of its per-question values (e.g. ``100·correct`` for accuracy in %,
+    ``100·agree`` for answer agreement). ``baseline`` is the baseline's per-question values
+    (resampled with the runs) or a constant (e.g. 100 for agreement, which the baseline has by
+    definition). Each replicate resamples the questions once, recomputes every run's value on
+    that resample, rebuilds each curve and takes its statistics. The realized % (x) stays as
+    measured: it counts (sequence, layer, head) triples, not questions.
+
+    Returns one row per key: ``score, max_pct_within, max_pct_within_low, max_pct_within_high,
+    normalized_auc, auc_low, auc_high``.
+    """
+    sizes = {np.asarray(v).shape[-1] for pts in curves.values() for _, v in pts}
+    if not np.isscalar(baseline):
+        sizes.add(np.asarray(baseline).shape[-1])
+    if len(sizes) > 1:
+        raise ValueError(f"runs must answer the same questions; got per-question arrays of sizes {sorted(sizes)}")
+    columns = ["score", "max_pct_within", "max_pct_within_low", "max_pct_within_high",
+               "normalized_auc", "auc_low", "auc_high"]
+    if not sizes:
+        return pd.DataFrame(columns=columns)
+    n = sizes.pop()
+    if indices is None:
+        indices = bootstrap_indices(n, n_resamples, seed)
+    counts = _counts(indices, n)
+    if np.isscalar(baseline):
+        base_hat = float(baseline)
+        base_reps = np.full(indices.shape[0], base_hat)
+    else:
+        base_values = _as_values(baseline, n)[0]
+        base_hat = float(base_values.mean())
+        base_reps = counts @ base_values / n
+    rows = []
+    for key, pts in curves.items():
+        if not len(pts):
+            continue
+        xs, order = _sorted_runs(pts)
+        values = _as_values([np.asarray(pts[i][1], dtype=np.float64) for i in order], n)
+        y_hat = values.mean(axis=1)
+        y_reps = counts @ values.T / n  # [B, k]
+        within = percentile_interval(
+            max_fraction_within(np.column_stack([xs, y_hat]), base_hat, tolerance),
+            max_fraction_within_batch(xs, y_reps, base_reps - float(tolerance)),
+            level,
+        )
+        w = _auc_weights(xs)
+        auc = percentile_interval(float(y_hat @ w), y_reps @ w, level)
+        rows.append([key, *within, *auc])
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ----------------------------------------------------------------------------------------------
+# Label-free paired measures from the answer log-likelihoods
+
+
+def _loglik_rows(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> list[np.ndarray]:
+    rows = [np.asarray(ll, dtype=np.float64) for ll in loglikelihoods]
+    if not rows or any(r.ndim != 1 or r.size < 2 for r in rows):
+        raise ValueError("log-likelihoods must be one list of at least two choices per question")
+    return rows
+
+
+def chosen_answers(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> Int[np.ndarray, " n"]:
+    """Index of the answer each question's model picks: the largest log-likelihood (first on ties,
+    as lm-eval's ``argmax``)."""
+    return np.asarray([int(np.argmax(r)) for r in _loglik_rows(loglikelihoods)])
+
+
+def answer_agreement(
+    loglikelihoods: Sequence[Sequence[float]] | np.ndarray,
+    baseline_loglikelihoods: Sequence[Sequence[float]] | np.ndarray,
+) -> Bool[np.ndarray, " n"]:
+    """Per question: does the ablated run choose the same answer as the unablated model?
+    (No labels needed; the mean is the answer agreement.)"""
+    a, b = chosen_answers(loglikelihoods), chosen_answers(baseline_loglikelihoods)
+    if a.shape != b.shape:
+        raise ValueError(f"runs must answer the same questions; got {a.size} and {b.size}")
+    return a == b
+
+
+def choice_kl(
+    loglikelihoods: Sequence[Sequence[float]] | np.ndarray,
+    baseline_loglikelihoods: Sequence[Sequence[float]] | np.ndarray,
+) -> Float[np.ndarray, " n"]:
+    """Per question: KL(baseline ‖ ablated) in nats between the two distributions over the answer
+    choices, each the softmax of that run's choice log-likelihoods."""
+    runs, bases = _loglik_rows(loglikelihoods), _loglik_rows(baseline_loglikelihoods)
+    if len(runs) != len(bases) or any(r.size != b.size for r, b in zip(runs, bases)):
+        raise ValueError("runs must answer the same questions with the same number of choices")
+    out = np.empty(len(runs))
+    for i, (q_ll, p_ll) in enumerate(zip(runs, bases)):
+        log_p, log_q = special.log_softmax(p_ll), special.log_softmax(q_ll)
+        out[i] = float(np.sum(np.exp(log_p) * (log_p - log_q)))
+    return np.maximum(out, 0.0)
+
+
 __all__ = [
+    "DEFAULT_RESAMPLES",
+    "Interval",
+    "accuracy_interval",
+    "answer_agreement",
+    "bootstrap_indices",
+    "bootstrap_means",
+    "choice_kl",
+    "chosen_answers",
+    "curve_intervals",
+    "difference_interval",
+    "max_fraction_within_batch",
+    "percentile_interval",
+    "questions_to_resolve",
     "auc_table",
     "flagged_mask",
     "iou",
