@@ -18,7 +18,8 @@ from .io import atomic_path
 from .models import model_info
 from .scores import LayerActivations, get_score, layer_reads, resolve_scores
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
+SAFETENSORS_FORMAT = "inactive-heads.HeadScores/2"
 
 
 def toolkit_version() -> str:
@@ -116,24 +117,65 @@ class HeadScores:
         return HeadScores({k: v[idx] for k, v in self.scores.items()}, dict(self.metadata))
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (temp file + rename) to a ``.pt`` file holding tensors and metadata."""
+        """Write atomically (temp file + rename) as safetensors: the tensors, plus the metadata as
+        JSON text in the file's header. Loading it back never executes code."""
+        from safetensors.torch import save_file
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Metadata travels as JSON text: it must round-trip exactly and load with weights_only.
-        payload = {"format": FORMAT_VERSION, "scores": self.scores, "metadata": json.dumps(self.metadata)}
+        header = {"format": SAFETENSORS_FORMAT, "metadata": json.dumps(self.metadata)}
+        tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.scores.items()}
         with atomic_path(path) as tmp:
-            torch.save(payload, tmp)
+            save_file(tensors, str(tmp), metadata=header)
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "HeadScores":
+        """Read a file written by :meth:`save` (safetensors), or an older ``scores.pt`` (read with
+        ``torch.load(weights_only=True)``, which refuses anything but tensors and plain data)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no head scores at '{path}'; record them with record_scores(...).save(path)")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            head = f.read(9)
+        if head[:2] == b"PK":  # a zip archive: the torch.save format of earlier versions
+            return cls._load_legacy(path)
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                header = f.metadata() or {}
+                scores = {k: f.get_tensor(k) for k in f.keys()}
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ValueError(f"'{path}' is not a HeadScores file (neither safetensors nor an older .pt): {e}") from None
+        if header.get("format") != SAFETENSORS_FORMAT:
+            raise ValueError(f"'{path}' is a safetensors file but not HeadScores (format {header.get('format')!r})")
+        return cls(scores, json.loads(header["metadata"]))
+
+    @classmethod
+    def _load_legacy(cls, path: Path) -> "HeadScores":
+        import pickle
+
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ValueError(f"'{path}' holds objects other than tensors and plain data; refusing to load it "
+                             f"({first})") from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
             raise ValueError(f"'{path}' is not a HeadScores file of format {FORMAT_VERSION}")
         return cls(payload["scores"], json.loads(payload["metadata"]))
+
+    @classmethod
+    def concat(cls, parts: Sequence["HeadScores"], metadata: dict[str, Any] | None = None) -> "HeadScores":
+        """Stack the sequences of several recordings of the same scores, in the order given."""
+        if not parts:
+            raise ValueError("nothing to concatenate; pass at least one HeadScores")
+        keys = parts[0].keys()
+        for p in parts[1:]:
+            if p.keys() != keys:
+                raise ValueError(f"cannot concatenate HeadScores of scores {p.keys()} and {keys}")
+        meta = dict(parts[0].metadata) if metadata is None else metadata
+        return cls({k: torch.cat([p[k] for p in parts]) for k in keys}, meta)
 
 
 def _check_finite(key: str, layer: int, values: Tensor) -> None:
@@ -142,6 +184,95 @@ def _check_finite(key: str, layer: int, values: Tensor) -> None:
             f"score '{key}' is not finite at layer {layer} (NaN/inf in the activations or the score); "
             "try dtype=torch.float32"
         )
+
+
+class ScoreRecorder:
+    """The recording callback: reduce each layer to ``[batch, head]`` per score and store the rows.
+
+    Give ``on_layer`` to a :class:`HeadHookRunner` (``reads=recorder.reads``); rows are placed by
+    the sequence ids of each batch. ``sequence_ids`` lists the ids the forward passes will use, in
+    output order (default ``0..n_sequences-1``); :func:`record_scores` and the evaluator's
+    recording pass (``evaluate(..., record=[...])``) share it, so both give the same numbers.
+    """
+
+    def __init__(self, functions, n_sequences: int, n_layers: int, n_heads: int,
+                 sequence_ids: Sequence[int] | None = None):
+        self.functions = list(functions)
+        self.reads = layer_reads(self.functions)
+        self.n_heads = n_heads
+        self.out = {f.key: torch.empty((n_sequences, n_layers, n_heads), dtype=torch.float32)
+                    for f in self.functions}
+        self._row = None if sequence_ids is None else {int(s): r for r, s in enumerate(sequence_ids)}
+        self._pending: list[tuple[int, Tensor, Tensor]] = []
+        if self._row is not None and len(self._row) != n_sequences:
+            raise ValueError(f"sequence_ids must be {n_sequences} distinct ids, got {len(self._row)}")
+
+    def rows(self, sequence_ids: Tensor) -> Tensor:
+        if self._row is None:
+            return sequence_ids
+        return torch.tensor([self._row[int(s)] for s in sequence_ids.tolist()], dtype=torch.long)
+
+    def on_layer(self, acts: LayerActivations) -> None:
+        # Scores stay on the layer's device; a batch is brought to the host in one copy, when the
+        # next batch starts (its layer 0) or at result(): no device→host sync per layer or score.
+        if acts.layer == 0:
+            self.flush()
+        values = []
+        for f in self.functions:
+            v = f(acts)
+            if tuple(v.shape) != (acts.valid.shape[0], self.n_heads):
+                raise ValueError(
+                    f"score '{f.key}' returned shape {tuple(v.shape)}; it must return [batch, head]"
+                )
+            values.append(v.detach().float())
+        self._pending.append((acts.layer, acts.sequence_ids, torch.stack(values)))  # [score, batch, head]
+
+    def flush(self) -> None:
+        """Copy the pending layers' scores to the host (one copy per batch) and check they are finite."""
+        pending, self._pending = self._pending, []
+        groups: list[list] = []
+        for entry in pending:  # a new batch starts at layer 0 (or whenever the sequence ids change)
+            if not groups or entry[0] == 0 or entry[1] is not groups[-1][-1][1]:
+                groups.append([])
+            groups[-1].append(entry)
+        for group in groups:
+            device = group[0][2].device
+            host = torch.stack([v.to(device) for _, _, v in group]).cpu()  # [layer, score, batch, head]
+            finite = torch.isfinite(host).flatten(2).all(dim=2)
+            if not finite.all():
+                i, k = (~finite).nonzero()[0].tolist()
+                _check_finite(self.functions[k].key, group[i][0], host[i, k])
+            rows = self.rows(group[0][1])[:, None]
+            layers = torch.tensor([layer for layer, _, _ in group])[None, :]
+            for k, f in enumerate(self.functions):
+                self.out[f.key][rows, layers] = host[:, k].transpose(0, 1)
+
+    def result(self, metadata: dict[str, Any]) -> HeadScores:
+        self.flush()
+        return HeadScores(dict(self.out), metadata)
+
+
+def scores_metadata(model, keys: Sequence[str], sequences: Sequence[Sequence[int]], *, description: str | None,
+                    batch_size: int, seed: int, seconds: float) -> dict[str, Any]:
+    """The metadata a :class:`HeadScores` carries: model, dtype, inputs, versions."""
+    info = model_info(model)
+    n = len(sequences)
+    return {
+        "model": info.name,
+        "model_info": info.to_dict(),
+        "dtype": info.dtype,
+        "backend": info.backend,
+        "scores": list(keys),
+        "n_sequences": n,
+        "n_tokens": sum(len(s) for s in sequences),
+        "lengths": [len(s) for s in sequences],
+        "inputs": description or f"{n} sequences",
+        "batch_size": batch_size,
+        "seed": seed,
+        "seconds": round(seconds, 3),
+        "toolkit_version": toolkit_version(),
+        "torch_version": str(torch.__version__),
+    }
 
 
 def record_scores(
@@ -169,48 +300,18 @@ def record_scores(
     functions = resolve_scores(scores)
     info = model_info(model)
     sequences = tokenize(model, inputs)
-    reads = layer_reads(functions)
-    n, L, H = len(sequences), info.n_layers, info.n_heads
-    out = {f.key: torch.empty((n, L, H), dtype=torch.float32) for f in functions}
-    rows: Tensor | None = None
-
-    def on_layer(acts: LayerActivations) -> None:
-        for f in functions:
-            values = f(acts)
-            if tuple(values.shape) != (acts.valid.shape[0], H):
-                raise ValueError(
-                    f"score '{f.key}' returned shape {tuple(values.shape)}; it must return [batch, head]"
-                )
-            values = values.detach().float().cpu()
-            _check_finite(f.key, acts.layer, values)
-            out[f.key][rows, acts.layer] = values
-
-    runner = HeadHookRunner(model, on_layer, reads=reads, seed=seed, stop_after_last_layer=True)
+    n = len(sequences)
+    recorder = ScoreRecorder(functions, n, info.n_layers, info.n_heads)
+    runner = HeadHookRunner(model, recorder.on_layer, reads=recorder.reads, seed=seed, stop_after_last_layer=True)
     device = model_device(model)
     start = time.perf_counter()
-    n_tokens = sum(len(s) for s in sequences)
     bar = tqdm(total=n, desc="recording scores", unit="seq", disable=not progress)
     with model.hooks(fwd_hooks=runner.fwd_hooks()):
         for batch in make_batches(sequences, batch_size, device=device):
-            rows = batch.indices
             runner.set_batch(batch.valid, batch.indices)
             run_forward(model, batch.tokens, batch.valid, stop_early=True)
-            bar.update(len(rows))
+            bar.update(len(batch.indices))
     bar.close()
-    metadata = {
-        "model": info.name,
-        "model_info": info.to_dict(),
-        "dtype": info.dtype,
-        "backend": info.backend,
-        "scores": [f.key for f in functions],
-        "n_sequences": n,
-        "n_tokens": n_tokens,
-        "lengths": [len(s) for s in sequences],
-        "inputs": description or f"{n} sequences",
-        "batch_size": batch_size,
-        "seed": seed,
-        "seconds": round(time.perf_counter() - start, 3),
-        "toolkit_version": toolkit_version(),
-        "torch_version": str(torch.__version__),
-    }
-    return HeadScores(out, metadata)
+    metadata = scores_metadata(model, [f.key for f in functions], sequences, description=description,
+                               batch_size=batch_size, seed=seed, seconds=time.perf_counter() - start)
+    return recorder.result(metadata)
