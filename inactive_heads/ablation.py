@@ -137,6 +137,9 @@ class HeadAblation:
     def __init__(self):
         self.stats: AblationStats | None = None
         self._pending: dict[int, Tensor] = {}
+        # Inside apply(): rows are numbered per forward pass, so each pass is shifted past the
+        # sequences already seen (its own Random draws, its own entries in stats.masks).
+        self._offset: int | None = None
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
         """Which heads of which rows to zero at this layer."""
@@ -151,8 +154,12 @@ class HeadAblation:
         self.stats = AblationStats(info.n_layers, info.n_heads)
 
     def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
-        flags = self.decide(acts).to(acts.z.device)
         stats = self.stats
+        if self._offset is not None:
+            if acts.layer == 0:  # a new forward pass starts
+                self._offset = stats.n_sequences
+            acts.sequence_ids = acts.sequence_ids + self._offset
+        flags = self.decide(acts).to(acts.z.device)
         if acts.layer == 0:
             stats.n_sequences += flags.shape[0]
         stats.flagged_per_layer[acts.layer] += int(flags.sum())
@@ -171,12 +178,20 @@ class HeadAblation:
 
     @contextmanager
     def apply(self, model, *, valid: Bool[Tensor, "batch pos"] | None = None):
-        """Install the hooks for forward passes in the block (all positions real unless ``valid``)."""
+        """Install the hooks for forward passes in the block (all positions real unless ``valid``).
+
+        Every forward pass in the block counts as new sequences: the rows of the second pass are
+        numbered after those of the first (their own Random draws and their own ``stats.masks``).
+        """
         runner = self.runner(model)
         if valid is not None:
             runner.set_batch(valid, torch.arange(valid.shape[0]))
-        with model.hooks(fwd_hooks=runner.fwd_hooks()):
-            yield runner
+        self._offset = self.stats.n_sequences
+        try:
+            with model.hooks(fwd_hooks=runner.fwd_hooks()):
+                yield runner
+        finally:
+            self._offset = None
 
 
 class StaticAblation(HeadAblation):

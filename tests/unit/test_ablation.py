@@ -171,3 +171,20 @@ def test_spec_round_trip_and_errors(tiny):
     with pytest.raises(ValueError, match=r"head \(7, 0\) does not exist"):
         with StaticAblation([(7, 0)]).apply(tiny):
             pass
+
+
+def test_apply_numbers_the_rows_of_each_forward_pass_after_the_previous_ones(tiny):
+    # Two passes of two rows inside one apply() are four sequences: the same masks as one pass of
+    # the four rows together (Random draws per sequence id), four entries in stats.masks.
+    tokens = torch.tensor(random_sequences(2, seed=3, min_len=10, max_len=10))
+    split = RandomAblation(0.5, seed=1)
+    with split.apply(tiny):
+        tiny(tokens)
+        tiny(tokens)
+    joint = RandomAblation(0.5, seed=1)
+    with joint.apply(tiny):
+        tiny(torch.cat([tokens, tokens]))
+    assert split.stats.n_sequences == 4
+    assert sorted(split.stats.masks) == [0, 1, 2, 3]
+    assert torch.equal(split.stats.flagged_mask(), joint.stats.flagged_mask())
+    assert not torch.equal(split.stats.masks[0], split.stats.masks[2])  # not the same draw again
