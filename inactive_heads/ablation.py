@@ -88,33 +88,78 @@ def _finite(x: float) -> bool:
 
 @dataclass
 class AblationStats:
-    """Counts of zeroed (sequence, layer, head) triples seen so far."""
+    """Counts of zeroed (sequence, layer, head) triples seen so far.
+
+    During a forward pass the per-layer flags stay on the device they were computed on; they are
+    brought to the host once per batch (at the next batch's first layer, or when these numbers
+    are read through ``HeadAblation.stats``), so no layer waits for a device→host copy.
+    """
 
     n_layers: int
     n_heads: int
     n_sequences: int = 0
     flagged_per_layer: Tensor = field(default=None)  # [layer], int64
     masks: dict[int, Bool[Tensor, "layer head"]] = field(default_factory=dict)
+    # Flags not yet brought to the host: groups (one per batch) of (layer, sequence ids, flags,
+    # non-finite-score flag or None, score key).
+    _pending: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         if self.flagged_per_layer is None:
             self.flagged_per_layer = torch.zeros(self.n_layers, dtype=torch.long)
 
+    def add(self, layer: int, sequence_ids: Tensor, flags: Bool[Tensor, "batch head"],
+            nonfinite: Tensor | None = None, what: str = "") -> None:
+        """Record one layer's flags for a batch (kept on the device until :meth:`flush`)."""
+        if layer == 0:
+            self.n_sequences += flags.shape[0]
+        if layer == 0 or not self._pending:
+            self._pending.append([])
+        self._pending[-1].append((layer, sequence_ids, flags, nonfinite, what))
+
+    def flush(self) -> None:
+        """Bring pending flags to the host, one copy per batch; raise if a score was not finite."""
+        groups, self._pending = self._pending, []
+        for group in groups:
+            device = group[0][2].device
+            flags = torch.stack([f.to(device) for _, _, f, _, _ in group])  # [layer entry, batch, head]
+            nonfinite = torch.stack([
+                b.to(device) if b is not None else torch.zeros((), dtype=torch.bool, device=device)
+                for _, _, _, b, _ in group
+            ])
+            host = torch.cat([flags.flatten(1), nonfinite[:, None]], dim=1).cpu()  # the one copy
+            for (layer, _, _, _, what), bad in zip(group, host[:, -1].tolist()):
+                if bad:
+                    raise FloatingPointError(
+                        f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32"
+                    )
+            host = host[:, :-1].reshape(flags.shape)
+            layers = [layer for layer, *_ in group]
+            self.flagged_per_layer.index_add_(0, torch.tensor(layers), host.sum(dim=(1, 2)))
+            for row, seq in enumerate(group[0][1].tolist()):
+                mask = self.masks.get(seq)
+                if mask is None:
+                    mask = self.masks[seq] = torch.zeros((self.n_layers, self.n_heads), dtype=torch.bool)
+                mask[layers] = host[:, row]
+
     @property
     def realized_fraction(self) -> float:
         """Zeroed (sequence, layer, head) triples / all triples (the paper's "% of heads zeroed")."""
+        self.flush()
         if self.n_sequences == 0:
             return 0.0
         return float(self.flagged_per_layer.sum()) / (self.n_sequences * self.n_layers * self.n_heads)
 
     @property
     def realized_fraction_per_layer(self) -> list[float]:
+        self.flush()
         if self.n_sequences == 0:
             return [0.0] * self.n_layers
         return (self.flagged_per_layer.double() / (self.n_sequences * self.n_heads)).tolist()
 
     def flagged_mask(self) -> Bool[Tensor, "seq layer head"]:
         """Per-sequence flags, indexed by the sequence ids the forward passes used."""
+        self.flush()
         if not self.masks:
             return torch.zeros((0, self.n_layers, self.n_heads), dtype=torch.bool)
         n = max(self.masks) + 1
@@ -135,15 +180,29 @@ class HeadAblation:
     seed: int = 0
 
     def __init__(self):
-        self.stats: AblationStats | None = None
-        self._pending: dict[int, Tensor] = {}
+        self._stats: AblationStats | None = None
         # Inside apply(): rows are numbered per forward pass, so each pass is shifted past the
         # sequences already seen (its own Random draws, its own entries in stats.masks).
         self._offset: int | None = None
 
+    @property
+    def stats(self) -> AblationStats | None:
+        """What was zeroed so far (pending flags are brought to the host first)."""
+        if self._stats is not None:
+            self._stats.flush()
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: AblationStats | None) -> None:
+        self._stats = value
+
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
         """Which heads of which rows to zero at this layer."""
         raise NotImplementedError
+
+    def _decide_in_pass(self, acts: LayerActivations) -> tuple[Tensor, Tensor | None]:
+        """``decide`` without a device→host sync: (flags, a 0-d "score not finite" tensor or None)."""
+        return self.decide(acts), None
 
     @property
     def spec(self) -> AblationSpec:
@@ -151,28 +210,25 @@ class HeadAblation:
 
     def reset(self, model) -> None:
         info = model_info(model)
-        self.stats = AblationStats(info.n_layers, info.n_heads)
+        self._stats = AblationStats(info.n_layers, info.n_heads)
 
     def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
-        stats = self.stats
         if self._offset is not None:
             if acts.layer == 0:  # a new forward pass starts
-                self._offset = stats.n_sequences
+                self._offset = self._stats.n_sequences
             acts.sequence_ids = acts.sequence_ids + self._offset
-        flags = self.decide(acts).to(acts.z.device)
+        flags, nonfinite = self._decide_in_pass(acts)
+        flags = flags.to(acts.z.device)
+        stats = self._stats
         if acts.layer == 0:
-            stats.n_sequences += flags.shape[0]
-        stats.flagged_per_layer[acts.layer] += int(flags.sum())
-        for row, seq in enumerate(acts.sequence_ids.tolist()):
-            mask = stats.masks.get(seq)
-            if mask is None:
-                mask = stats.masks[seq] = torch.zeros((stats.n_layers, stats.n_heads), dtype=torch.bool)
-            mask[acts.layer] = flags[row].cpu()
-        keep = (~flags).to(acts.z.dtype)[:, None, :, None]
-        return acts.z * keep
+            stats.flush()  # the previous batch's flags: one device→host copy per batch
+        score = getattr(self, "score", None)
+        stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, getattr(score, "key", type(self).__name__))
+        # masked_fill, not a multiply by 0/1: a NaN or inf in a zeroed head must not survive.
+        return acts.z.masked_fill(flags[:, None, :, None], 0.0)
 
     def runner(self, model) -> HeadHookRunner:
-        if self.stats is None:
+        if self._stats is None:
             self.reset(model)
         return HeadHookRunner(model, self.on_layer, reads=self.reads, seed=self.seed)
 
@@ -240,12 +296,16 @@ class DynamicAblation(HeadAblation):
         return AblationSpec("dynamic", score=self.score.key, threshold=self.threshold, seed=self.seed)
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
-        values = self.score(acts)
-        if not torch.isfinite(values).all():
+        flags, nonfinite = self._decide_in_pass(acts)
+        if bool(nonfinite):
             raise FloatingPointError(
                 f"score '{self.score.key}' is not finite at layer {acts.layer}; try dtype=torch.float32"
             )
-        return self.score.is_inactive(values, self.threshold)
+        return flags
+
+    def _decide_in_pass(self, acts: LayerActivations) -> tuple[Tensor, Tensor]:
+        values = self.score(acts)
+        return self.score.is_inactive(values, self.threshold), ~torch.isfinite(values).all()
 
 
 class RandomAblation(DynamicAblation):

@@ -11,6 +11,12 @@ authors' code: pad positions are excluded as keys **and** as queries in every av
 sequence's score never depends on what else is in its batch (the official AWFT/AEQD averaged over
 right-pad query rows too).
 
+Every score is reduced in float32 whatever the model's dtype: activations are cast to float32
+before norms, entropies and means (in bounded chunks, so a bf16 model's attention pattern is never
+copied whole), and sequence lengths are counted in float32, so a length of 1001 stays 1001 (bf16
+would round it to 1000). A float32 model's numbers go through exactly the same operations as
+before this rule existed.
+
 Layer normalization ("LN") divides by the plain mean of the score over the layer's query heads
 for the same sequence. Where that mean is 0 (every head of the layer scores exactly 0), the LN
 score is defined as 0, so a layer of silent heads is flagged by every "below" score and never by
@@ -21,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
+import weakref
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -80,40 +87,107 @@ class LayerActivations:
     @cached_property
     def v_norm(self) -> Float[Tensor, "batch pos head"]:
         # Norms on the grouped values, then expanded: the same numbers, far less work.
-        norms = self._need("v_grouped").norm(dim=-1)
+        norms = as_float32(self._need("v_grouped")).norm(dim=-1)
         group = self.n_heads // norms.shape[2]
         return norms if group == 1 else norms.repeat_interleave(group, dim=2)
 
     @cached_property
     def z_norm(self) -> Float[Tensor, "batch pos head"]:
-        return self._need("z").norm(dim=-1)
+        return as_float32(self._need("z")).norm(dim=-1)
 
     @cached_property
     def result_norm(self) -> Float[Tensor, "batch pos head"]:
-        """‖o_t W_O^(h)‖: the norm of each head's output after its slice of the output projection."""
-        z, w_o = self._need("z"), self._need("W_O")
-        return torch.einsum("bphd,hdm->bphm", z, w_o.to(z.dtype)).norm(dim=-1)
+        """‖o_t W_O^(h)‖: the norm of each head's output after its slice of the output projection.
+
+        Computed as ‖o R_hᵀ‖ with R_hᵀ R_h = W_O^(h) W_O^(h)ᵀ, the head's ``[d_head, d_head]`` Gram
+        matrix (:func:`output_gram_factor`, cached per weight): no ``[batch, pos, head, d_model]``
+        tensor is ever formed.
+        """
+        z = as_float32(self._need("z"))
+        factor = output_gram_factor(self._need("W_O")).to(z.device)
+        return torch.einsum("bphd,hed->bphe", z, factor).norm(dim=-1)
 
     def mean_over_positions(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
-        """Mean over each sequence's real positions (pads excluded)."""
-        mask = self.valid.unsqueeze(-1).to(per_pos.dtype)
-        return (per_pos * mask).sum(dim=1) / self.lengths.unsqueeze(-1).to(per_pos.dtype)
+        """Mean over each sequence's real positions (pads excluded), in float32."""
+        per_pos = as_float32(per_pos)
+        mask = self.valid.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
+        return (per_pos * mask).sum(dim=1) / self.lengths.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
 
     def mean_over_queries(self, per_query: Float[Tensor, "batch head query"]) -> Float[Tensor, "batch head"]:
-        """Mean over each sequence's real query rows (pad rows excluded)."""
-        mask = self.valid.unsqueeze(1).to(per_query.dtype)
-        return (per_query * mask).sum(dim=2) / self.lengths.unsqueeze(-1).to(per_query.dtype)
+        """Mean over each sequence's real query rows (pad rows excluded), in float32."""
+        per_query = as_float32(per_query)
+        mask = self.valid.to(per_query.device).unsqueeze(1).to(per_query.dtype)
+        return (per_query * mask).sum(dim=2) / self.lengths.to(per_query.device).unsqueeze(-1).to(per_query.dtype)
 
     def at_last_token(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
         """The value at each sequence's last real position."""
         rows = torch.arange(per_pos.shape[0], device=per_pos.device)
-        return per_pos[rows, self.last_index.to(per_pos.device)]
+        return as_float32(per_pos[rows, self.last_index.to(per_pos.device)])
 
     def memo(self, key: str, compute: Callable[[], Tensor]) -> Tensor:
         """Share one intermediate between score functions of the same layer and batch."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+
+def as_float32(t: Tensor) -> Tensor:
+    """``t`` in float32: itself when it already is (so float32 models compute exactly as before)."""
+    return t if t.dtype == torch.float32 else t.float()
+
+
+# Low-precision inputs are cast to float32 in chunks of about this many elements, so the float32
+# copy of a large attention pattern never exists whole.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def row_entropy(pattern: Float[Tensor, "batch head query key"]) -> Float[Tensor, "batch head query"]:
+    """−Σ_s A[t,s] ln A[t,s] per query row, computed in float32."""
+    if pattern.dtype == torch.float32:
+        return torch.special.entr(pattern).sum(dim=-1)
+    b, h, q, k = pattern.shape
+    step = max(1, _CHUNK_ELEMENTS // max(1, b * h * k))
+    out = torch.empty((b, h, q), dtype=torch.float32, device=pattern.device)
+    for start in range(0, q, step):
+        out[:, :, start : start + step] = torch.special.entr(pattern[:, :, start : start + step].float()).sum(dim=-1)
+    return out
+
+
+# Per-head factors of the W_O Gram matrices, computed once per weight:
+# id(weight) -> (weakref to it, its version, layout of the view, factor).
+_GRAM_CACHE: dict[int, tuple] = {}
+
+
+def output_gram_factor(w_o: Float[Tensor, "head d_head d_model"]) -> Float[Tensor, "head d_head d_head"]:
+    """Per head, an upper-triangular R_h with R_hᵀ R_h = G_h = W_O^(h) W_O^(h)ᵀ, in float32.
+
+    Then ‖o W_O^(h)‖ = ‖o R_hᵀ‖: a ``[d_head, d_head]`` product per head instead of the
+    ``[d_head, d_model]`` one. R_h comes from a float64 QR of W_O^(h)ᵀ (= Q_h R_h), which is the
+    Cholesky factor of G_h without forming G_h, so a nearly rank-deficient W_O loses no accuracy
+    (the quadratic form o G oᵀ in float32 would).
+
+    Cached on the weight tensor that ``w_o`` is (or is a view of); recomputed when that weight
+    changes in place (its version counter) or is freed. A weight whose version cannot be read
+    (an inference-mode temporary) is never cached.
+    """
+    base = w_o if w_o._base is None else w_o._base
+    try:
+        version = base._version
+    except RuntimeError:  # inference tensors carry no version counter
+        version = None
+    layout = (w_o.storage_offset(), tuple(w_o.shape), tuple(w_o.stride()), w_o.dtype, w_o.device)
+    if version is not None:
+        hit = _GRAM_CACHE.get(id(base))
+        if hit is not None and hit[0]() is base and hit[1] == version and hit[2] == layout:
+            return hit[3]
+    with torch.inference_mode(False), torch.no_grad():
+        r = torch.linalg.qr(w_o.detach().double().transpose(-1, -2), mode="r").R
+        factor = r.float()
+    if version is not None:
+        for key in [k for k, v in _GRAM_CACHE.items() if v[0]() is None]:
+            del _GRAM_CACHE[key]
+        _GRAM_CACHE[id(base)] = (weakref.ref(base), version, layout, factor)
+    return factor
 
 
 @dataclass(frozen=True)
@@ -257,8 +331,7 @@ def query_entropy(acts: LayerActivations) -> Float[Tensor, "batch head"]:
     """AEQD: mean over real query rows of −Σ_s A[t,s] ln A[t,s] (natural log, not length-normalized)."""
 
     def compute():
-        per_row = torch.special.entr(acts._need("pattern")).sum(dim=-1)
-        return acts.mean_over_queries(per_row)
+        return acts.mean_over_queries(row_entropy(acts._need("pattern")))
 
     return acts.memo("aeqd", compute)
 
