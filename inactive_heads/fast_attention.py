@@ -1,0 +1,270 @@
+"""Faster attention for a ``HookedTransformer``, installed per model and only inside a ``with`` block.
+
+TransformerLens computes every layer's attention the slow, fully observable way: the full
+``[batch, head, query, key]`` score tensor is divided by √d, masked with ``torch.where`` against a
+causal-and-padding mask rebuilt at every layer, soft-maxed, NaN-cleaned and multiplied by values
+expanded per query head (GQA). When nothing reads ``hook_pattern`` or ``hook_attn_scores`` that
+work is not needed: :func:`fast_attention` swaps, on each attention module of *this* model and
+only while the block runs, a forward that
+
+- computes ``q``, ``k``, ``v`` and rotary with TransformerLens's own methods, so ``hook_q``,
+  ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
+- runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding mask, grouped KV heads
+  without copies) when no hook is attached to that layer's ``hook_pattern``/``hook_attn_scores``;
+- otherwise, when ``hook_pattern`` is read, computes the pattern eagerly but cheaper (queries
+  scaled instead of scores, one additive mask per forward, grouped heads by a reshape, no copies),
+  fires ``hook_pattern`` with the same ``[batch, head, query, key]`` tensor, and uses the pattern a
+  hook returns;
+- fires ``hook_z`` on ``[batch, pos, head, d_head]`` and applies ``W_O`` as before, so ablation
+  at ``hook_z`` is unchanged.
+
+A layer with a hook on ``hook_attn_scores``, a KV cache, or a model feature this forward does not
+implement (ALiBi, local windows, attention sinks, score soft-capping, log-n scaling, QKV clipping,
+OLMo's full-vector QK norm, 4-bit weights, ``use_attn_result``) runs TransformerLens's own forward.
+Results equal the eager path up to float rounding (≤1e-4 on logits in fp32). Leaving the block
+restores the modules; other models are never touched.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import MethodType
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+_MARK = "_inactive_heads_fast_attention"
+
+
+def supports_fast_attention(model) -> bool:
+    """True for a ``HookedTransformer`` whose attention needs nothing this fast path leaves out."""
+    if type(model).__name__ != "HookedTransformer" or not hasattr(model, "blocks"):
+        return False
+    cfg = model.cfg
+    if cfg.positional_embedding_type in ("alibi", "relative_positional_bias"):
+        return False
+    if getattr(cfg, "attention_dir", "causal") != "causal":
+        return False
+    unsupported = (
+        getattr(cfg, "use_attn_result", False),
+        getattr(cfg, "load_in_4bit", False),
+        getattr(cfg, "use_attention_sinks", False),
+        getattr(cfg, "use_logn_attn", False),
+        getattr(cfg, "clip_qkv", None) is not None,
+        (getattr(cfg, "attn_scores_soft_cap", None) or -1) > 0,
+        cfg.original_architecture in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"),
+    )
+    if any(unsupported):
+        return False
+    return all(getattr(block.attn, "attn_type", "global") == "global" for block in model.blocks)
+
+
+@dataclass
+class PrefixKV:
+    """Rotated keys and values of one shared prefix, per layer (``[1, prefix, kv_head, d_head]``)."""
+
+    length: int
+    keys: list[Tensor] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)
+
+
+class _State:
+    """Per-model state of the fast forward: one mask per forward pass, and an optional prefix.
+
+    ``capture`` (a :class:`PrefixKV` being filled) makes each layer store its keys and values;
+    ``prefix`` (a filled one) makes each layer attend to those before the given tokens, which then
+    sit at positions ``prefix.length, prefix.length + 1, ...``.
+    """
+
+    def __init__(self, layers: dict[int, int]):
+        self.layers = layers  # id(attention module) -> layer index
+        self.capture: PrefixKV | None = None
+        self.prefix: PrefixKV | None = None
+        self._key = None
+        self._value = None
+
+    def masks(self, attention_mask: Tensor | None, q_len: int, device, dtype):
+        """(bool mask or None, additive mask or None, usable); None masks mean "plain causal"."""
+        p = self.prefix.length if self.prefix is not None else 0
+        key = (attention_mask, q_len, p, device, dtype)
+        if self._key is not None and self._key[0] is attention_mask and self._key[1:] == key[1:]:
+            return self._value
+        if attention_mask is not None:
+            m = attention_mask.bool()
+            right_padded = bool(m[:, 0].all()) and bool((m[:, 1:] <= m[:, :-1]).all())
+        if attention_mask is None or (p == 0 and bool(m.all())):
+            value = (None, None, True)
+        elif not right_padded:
+            value = (None, None, False)  # left or inner padding: leave it to TransformerLens
+        else:
+            causal = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
+            allowed = causal[None, None] & m.to(device)[:, None, None, :]
+            if p:
+                seen = torch.ones((m.shape[0], 1, q_len, p), dtype=torch.bool, device=device)
+                allowed = torch.cat([seen, allowed], dim=-1)
+            additive = torch.zeros(allowed.shape, dtype=dtype, device=device)
+            additive.masked_fill_(~allowed, float("-inf"))
+            value = (allowed, additive, True)
+        self._key, self._value = key, value
+        return value
+
+
+def _hooked(hook_point) -> bool:
+    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
+
+
+def _attention(
+    self, q: Float[Tensor, "batch pos head d_head"], k: Tensor, v: Tensor, state: _State, attention_mask
+) -> Float[Tensor, "batch pos head d_head"]:
+    """z for one layer: fused SDPA, or an eager pattern that still fires ``hook_pattern``."""
+    b, n, n_heads, d_head = q.shape
+    n_keys, n_kv = k.shape[1], k.shape[2]
+    group = n_heads // n_kv
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, head, pos, d]
+    allowed, additive, _ = state.masks(attention_mask, n, q.device, q.dtype)
+    if not _hooked(self.hook_pattern):
+        if allowed is None and n_keys != n:
+            raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
+        z = F.scaled_dot_product_attention(
+            qh, kh.to(qh.dtype), vh.to(qh.dtype), attn_mask=allowed, is_causal=allowed is None,
+            scale=1.0 / self.attn_scale, enable_gqa=group > 1,
+        )
+        return z.transpose(1, 2)
+    if n_keys != n:
+        raise RuntimeError("hook_pattern cannot be served with a reused prefix; evaluate without prefix reuse")
+    # Eager, grouped: query heads of one KV head stacked along the query axis (no K/V copies).
+    qg = (qh / self.attn_scale).reshape(b, n_kv, group * n, d_head)
+    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n)
+    if additive is None:
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(causal, float("-inf"))
+    else:
+        scores = scores + additive
+    pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+    pattern = pattern.to(device=v.device, dtype=v.dtype)
+    z = (pattern.reshape(b, n_kv, group * n, n) @ vh).view(b, n_heads, n, d_head)
+    return z.transpose(1, 2)
+
+
+def _fast_forward(
+    self,
+    query_input,
+    key_input,
+    value_input,
+    past_kv_cache_entry=None,
+    additive_attention_mask=None,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
+    position_bias=None,
+    *,
+    _state: _State,
+):
+    prefix = _state.prefix
+    usable = attention_mask is None or _state.masks(
+        attention_mask, attention_mask.shape[1], attention_mask.device, self.W_Q.dtype
+    )[2]
+    if (
+        past_kv_cache_entry is not None
+        or additive_attention_mask is not None
+        or position_bias is not None
+        or _hooked(self.hook_attn_scores)
+        or not usable
+    ):
+        if prefix is not None or _state.capture is not None:
+            raise RuntimeError("prefix reuse needs right-padded batches and no hook on hook_attn_scores")
+        return type(self).forward(self, query_input, key_input, value_input, past_kv_cache_entry,
+                                  additive_attention_mask, attention_mask, position_bias)
+    q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)
+    offset = prefix.length if prefix is not None else 0
+    if self.cfg.positional_embedding_type == "rotary":
+        # Right padding: real tokens sit at positions offset, offset + 1, ... (pads never reach them).
+        q = self.hook_rot_q(self.apply_rotary(q, offset, None))
+        k = self.hook_rot_k(self.apply_rotary(k, offset, None))
+    layer = _state.layers[id(self)]
+    if _state.capture is not None:
+        _state.capture.keys.append(k)
+        _state.capture.values.append(v)
+    if prefix is not None:
+        b = q.shape[0]
+        k = torch.cat([prefix.keys[layer].expand(b, -1, -1, -1).to(k.dtype), k], dim=1)
+        v = torch.cat([prefix.values[layer].expand(b, -1, -1, -1).to(v.dtype), v], dim=1)
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(q.device)
+    z = self.hook_z(_attention(self, q, k, v, _state, attention_mask))
+    w_o = self.W_O
+    z_flat = z.reshape(z.shape[0] * z.shape[1], -1).to(w_o.dtype)
+    out = torch.addmm(self.b_O.to(z.device), z_flat, w_o.reshape(-1, w_o.shape[-1]).to(z.device))
+    return out.view(z.shape[0], z.shape[1], -1)
+
+
+@contextmanager
+def fast_attention(model, enabled: bool = True):
+    """Use the fast attention forward on ``model`` inside the block; yields whether it is on.
+
+    >>> with fast_attention(model):                # doctest: +SKIP
+    ...     logits = model(tokens, attention_mask=mask)
+
+    Unsupported models (including ``TransformerBridge``) run unchanged (yields False); a nested
+    block keeps the outer one's state.
+    """
+    if getattr(model, _MARK, None) is not None:
+        yield True
+        return
+    if not enabled or not supports_fast_attention(model):
+        yield False
+        return
+    attns = [block.attn for block in model.blocks]
+    state = _State({id(attn): layer for layer, attn in enumerate(attns)})
+    previous = [attn.__dict__.get("forward") for attn in attns]
+    setattr(model, _MARK, state)
+    try:
+        for attn in attns:
+            fast = MethodType(_fast_forward, attn)
+            attn.forward = lambda *a, _f=fast, **kw: _f(*a, _state=state, **kw)
+        yield True
+    finally:
+        for attn, prev in zip(attns, previous):
+            if prev is None:
+                attn.__dict__.pop("forward", None)
+            else:
+                attn.forward = prev
+        model.__dict__.pop(_MARK, None)
+
+
+def _state_of(model) -> _State:
+    state = getattr(model, _MARK, None)
+    if state is None:
+        raise RuntimeError("prefix reuse runs inside fast_attention(model); wrap the calls in it")
+    return state
+
+
+def compute_prefix(model, prefix: Int[Tensor, " pos"]) -> PrefixKV:
+    """Run ``prefix`` once (inside :func:`fast_attention`) and keep every layer's keys and values.
+
+    Hooks installed on the model fire on the prefix as on any input (static ablation at ``hook_z``
+    zeroes the prefix too, so its keys and values downstream are the ablated ones).
+    """
+    state = _state_of(model)
+    if state.prefix is not None or state.capture is not None:
+        raise RuntimeError("compute_prefix cannot run while a prefix is in use")
+    kv = PrefixKV(int(prefix.shape[-1]))
+    state.capture = kv
+    try:
+        tokens = prefix.reshape(1, -1)
+        model(tokens, attention_mask=torch.ones_like(tokens), stop_at_layer=model.cfg.n_layers)
+    finally:
+        state.capture = None
+    return kv
+
+
+@contextmanager
+def using_prefix(model, kv: PrefixKV):
+    """Inside the block, each forward's tokens continue ``kv``'s prefix (pass an attention_mask)."""
+    state = _state_of(model)
+    if state.capture is not None or state.prefix is not None:
+        raise RuntimeError("one prefix at a time")
+    state.prefix = kv
+    try:
+        yield kv
+    finally:
+        state.prefix = None

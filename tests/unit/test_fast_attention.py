@@ -1,0 +1,140 @@
+"""Fast attention and prefix reuse equal TransformerLens's own eager attention (tiny GQA model).
+
+The reference in every test is the unpatched ``HookedTransformer`` forward (full sequences, no
+cache); the code under test is the fused/grouped path and the cached-prefix path.
+"""
+
+import pytest
+import torch
+
+from inactive_heads.ablation import zero_heads_hook
+from inactive_heads.fast_attention import (
+    compute_prefix,
+    fast_attention,
+    supports_fast_attention,
+    using_prefix,
+)
+from inactive_heads.hooks import make_batches
+from inactive_heads.prefix import group_by_prefix
+from tiny import random_sequences, tiny_gqa_model
+
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_gqa_model(seed=3)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return next(make_batches(random_sequences(6, seed=1, min_len=4, max_len=24), 6))
+
+
+def _forward(model, batch):
+    with torch.inference_mode():
+        return model(batch.tokens, attention_mask=batch.valid.long())
+
+
+def test_fused_logits_equal_eager_on_padded_gqa_batch(model, batch):
+    ref = _forward(model, batch)
+    with fast_attention(model) as on:
+        fast = _forward(model, batch)
+    assert on
+    assert (ref - fast)[batch.valid].abs().max() <= TOL
+    # and the patch is gone afterwards: the module's own forward runs again
+    assert all("forward" not in block.attn.__dict__ for block in model.blocks)
+
+
+def test_hooks_fire_with_eager_values(model, batch):
+    """hook_z/hook_v see the same tensors; hook_pattern fires (eager-grouped path) with the same pattern."""
+    names = ("blocks.1.attn.hook_z", "blocks.1.attn.hook_v", "blocks.1.attn.hook_pattern")
+
+    def capture():
+        seen = {}
+        hooks = [(n, lambda x, hook: seen.__setitem__(hook.name, x.clone())) for n in names]
+        with model.hooks(fwd_hooks=hooks):
+            _forward(model, batch)
+        return seen
+
+    ref = capture()
+    with fast_attention(model):
+        fast = capture()
+    assert set(fast) == set(names)
+    q = batch.valid  # compare at real query positions (pads are excluded by every score)
+    assert (ref[names[0]] - fast[names[0]])[q].abs().max() <= 1e-5
+    assert (ref[names[1]] - fast[names[1]])[q].abs().max() <= 1e-5
+    assert (ref[names[2]] - fast[names[2]]).permute(0, 2, 1, 3)[q].abs().max() <= 1e-6
+
+
+def test_pattern_replaced_by_a_hook_is_used(model, batch):
+    """Zeroing head 2's pattern via hook_pattern zeroes its hook_z, as in the eager model."""
+
+    def zero_head(p, hook):
+        p = p.clone()
+        p[:, 2] = 0.0
+        return p
+
+    zs = {}
+    hooks = [("blocks.0.attn.hook_pattern", zero_head), ("blocks.0.attn.hook_z", lambda z, hook: zs.update(z=z))]
+    with fast_attention(model), model.hooks(fwd_hooks=hooks):
+        _forward(model, batch)
+    assert zs["z"][:, :, 2].abs().max() == 0.0
+    assert zs["z"][:, :, 1].abs().max() > 0.0
+
+
+def test_attn_scores_hook_falls_back_to_transformer_lens(model, batch):
+    seen = []
+    with fast_attention(model), model.hooks(fwd_hooks=[("blocks.2.attn.hook_attn_scores",
+                                                          lambda s, hook: seen.append(s.shape))]):
+        _forward(model, batch)
+    assert seen == [torch.Size([6, 6, batch.tokens.shape[1], batch.tokens.shape[1]])]
+
+
+def test_other_models_untouched_and_unsupported_configs_refused(model, batch):
+    other = tiny_gqa_model(seed=4)
+    with fast_attention(model):
+        assert all("forward" not in block.attn.__dict__ for block in other.blocks)
+    capped = tiny_gqa_model(seed=4)
+    capped.cfg.attn_scores_soft_cap = 50.0
+    assert not supports_fast_attention(capped)
+    with fast_attention(capped) as on:
+        assert not on
+
+
+@pytest.mark.parametrize("zeroed", [None, {0: [1, 4], 2: [0]}])
+def test_prefix_reuse_equals_full_sequences(model, zeroed):
+    """Logits of suffixes run after a cached prefix equal those of the full sequences (plain and
+    with heads zeroed at hook_z on prefix and suffix alike)."""
+    gen = torch.Generator().manual_seed(7)
+    prefix = torch.randint(0, 97, (13,), generator=gen).tolist()
+    suffixes = [torch.randint(0, 97, (n,), generator=gen).tolist() for n in (5, 1, 9, 3)]
+    hooks = [(f"blocks.{l}.attn.hook_z", zero_heads_hook(h)) for l, h in (zeroed or {}).items()]
+    full = next(make_batches([prefix + s for s in suffixes], 4))
+    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+        ref = model(full.tokens, attention_mask=full.valid.long())
+        with fast_attention(model):
+            kv = compute_prefix(model, torch.tensor(prefix))
+            part = next(make_batches(suffixes, 4))
+            with using_prefix(model, kv):
+                got = model(part.tokens, attention_mask=part.valid.long())
+    for row, i in enumerate(part.indices.tolist()):
+        ref_row = full.indices.tolist().index(i)
+        n = len(suffixes[i])
+        expected = ref[ref_row, len(prefix): len(prefix) + n]
+        assert (expected - got[row, :n]).abs().max() <= TOL
+
+
+def test_group_by_prefix_by_hand():
+    a = [1, 2, 3, 4, 5, 6, 7, 8]
+    inputs = [a + [9, 9], [5, 5, 5, 5, 5, 5], a + [7], a[:6] + [0, 0, 0], [5, 5, 5, 5, 4, 4]]
+    limits = [len(x) - 1 for x in inputs]
+    groups, alone = group_by_prefix(inputs, limits, min_length=4, min_fraction=0.0)
+    assert [(g.tokens, g.members) for g in groups] == [([1, 2, 3, 4, 5, 6], [0, 2, 3]), ([5, 5, 5, 5], [1, 4])]
+    assert alone == []
+    # a scored position inside the shared part caps the prefix
+    groups, _ = group_by_prefix(inputs, [3, 5, 8, 8, 5], min_length=2, min_fraction=0.0)
+    assert groups[0].tokens == [1, 2, 3] and groups[0].members == [0, 2, 3]
+    # nothing long enough shared: everything alone
+    groups, alone = group_by_prefix(inputs, limits, min_length=7, min_fraction=0.0)
+    assert [g.members for g in groups] == [[0, 2]] and alone == [1, 3, 4]
