@@ -27,7 +27,8 @@ class EvalPlan:
     """Requests of one task, tokenized once, with their unique forward inputs.
 
     ``inputs[i]`` is a token list; ``targets[i]`` lists, for that input, the
-    ``(request, choice, first position, continuation tokens)`` it scores.
+    ``(request, choice, first position, continuation tokens)`` it scores. ``n_truncated`` counts
+    the requests (questions) with at least one choice left-truncated to the model context.
     """
 
     task: str
@@ -35,6 +36,7 @@ class EvalPlan:
     inputs: list[list[int]]
     targets: list[list[tuple[int, int, int, tuple[int, ...]]]]
     config: dict[str, Any]
+    n_truncated: int = 0
 
     @property
     def n_requests(self) -> int:
@@ -51,7 +53,13 @@ def plan_evaluation(
     apply_chat_template: bool | None = None,
     source: str | None = None,
 ) -> EvalPlan:
-    """Build and tokenize a task's requests once (reuse the plan across many ablated runs)."""
+    """Build and tokenize a task's requests once (reuse the plan across many ablated runs).
+
+    A request longer than the model context is left-truncated as lm-eval 0.4.5 does: the model
+    input is the last ``n_ctx + 1`` tokens of context + continuation, minus the last token, and the
+    continuation is scored at the input's last positions. Requests whose untruncated inputs are
+    equal share one forward pass (lm-eval groups them the same way).
+    """
     if task not in TASKS:
         raise ValueError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
     info = model_info(model)
@@ -69,23 +77,28 @@ def plan_evaluation(
     index: dict[tuple[int, ...], int] = {}
     inputs: list[list[int]] = []
     targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
+    truncated: set[int] = set()
     for r, req in enumerate(requests):
         for c, choice in enumerate(req.choices):
             if not choice.context_ids or not choice.continuation_ids:
                 raise ValueError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
-            whole = tuple(choice.context_ids) + tuple(choice.continuation_ids)
-            key = whole[:-1]
-            if len(key) > info.n_ctx:
+            cont = tuple(choice.continuation_ids)
+            if len(cont) > info.n_ctx:
                 raise ValueError(
-                    f"{task} request {req.doc_id} has {len(key)} tokens, more than the model context "
-                    f"{info.n_ctx}; use fewer few-shot examples (num_fewshot) or a model with a longer context"
+                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than the "
+                    f"model context {info.n_ctx}; load the model with a larger n_ctx"
                 )
+            whole = tuple(choice.context_ids) + cont
+            key = whole[:-1]
             i = index.get(key)
             if i is None:
                 i = index[key] = len(inputs)
-                inputs.append(list(key))
+                # lm-eval 0.4.5: keep the last n_ctx + 1 tokens, feed all but the last one.
+                inputs.append(list(whole[-(info.n_ctx + 1):][:-1]))
                 targets.append([])
-            targets[i].append((r, c, len(choice.context_ids) - 1, tuple(choice.continuation_ids)))
+            if len(key) > info.n_ctx:
+                truncated.add(r)
+            targets[i].append((r, c, len(inputs[i]) - len(cont), cont))
     config = {
         "model": info.name,
         "task": task,
@@ -96,7 +109,7 @@ def plan_evaluation(
         "prepend_bos": info.prepend_bos,
         "source": source,
     }
-    return EvalPlan(task, requests, inputs, targets, config)
+    return EvalPlan(task, requests, inputs, targets, config, n_truncated=len(truncated))
 
 
 @dataclass
@@ -114,6 +127,7 @@ class EvalResult:
     realized_fraction: float = 0.0
     realized_fraction_per_layer: list[float] = field(default_factory=list)
     n_forward_sequences: int = 0
+    n_truncated: int = 0  # questions left-truncated to the model context (as lm-eval 0.4.5 does)
     config: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -252,6 +266,7 @@ def evaluate(
         correct=correct,
         loglikelihoods=lls,
         n_forward_sequences=len(plan.inputs),
+        n_truncated=plan.n_truncated,
         seconds=round(seconds, 3),
     )
     if plan.task == "piqa":
