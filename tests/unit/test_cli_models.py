@@ -66,3 +66,13 @@ def test_subcommand_registry_is_extensible(capsys, monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "hello", cli.Subcommand("say hello", add_arguments, run))
     assert cli.main(["hello", "--n", "3"]) == 0
     assert capsys.readouterr().out == "ran with n=3\n"
+
+
+def test_models_says_which_backend_auto_builds_and_why(capsys):
+    """SmolLM2 (Llama) and Qwen2 get HookedTransformer; Gemma-3 has no faithful hooked route."""
+    assert cli.main(["models"]) == 0
+    out = capsys.readouterr().out
+    backend = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.split()[:1] and line.split()[0] in models.BUILTIN_MODELS}
+    assert backend == {"smollm2-135m": "hooked", "gemma-3-270m": "bridge",
+                       "qwen2.5-coder-0.5b": "hooked", "qwen2.5-coder-1.5b": "hooked"}
+    assert "gemma-3-270m: bridge, because HookedTransformer has no faithful route for Gemma3ForCausalLM" in out
