@@ -34,7 +34,7 @@ from .scores import (
     score_keys,
     unregister_score,
 )
-from .sweep import SweepConfig, SweepResults, run_sweep, sweep_results
+from .sweep import SweepConfig, SweepResults, load_results, run_sweep, sweep_results
 from .tasks import TASKS, build_requests, load_docs
 from .texts import lambada_passages, read_text_file
 
@@ -66,6 +66,7 @@ __all__ = [
     "get_score",
     "layer_normalize",
     "load_docs",
+    "load_results",
     "lambada_passages",
     "load_model",
     "model_info",

@@ -122,7 +122,8 @@ class HeadScores:
         from safetensors.torch import save_file
 
         path = Path(path)
-        header = {"format": SAFETENSORS_FORMAT, "metadata": json.dumps(self.metadata)}
+        header = {"format": SAFETENSORS_FORMAT, "metadata": json.dumps(self.metadata),
+                  "keys": json.dumps(list(self.scores))}  # safetensors sorts names; keep our order
         tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.scores.items()}
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=header)
@@ -149,6 +150,9 @@ class HeadScores:
             raise ValueError(f"'{path}' is not a HeadScores file (neither safetensors nor an older .pt): {e}") from None
         if header.get("format") != SAFETENSORS_FORMAT:
             raise ValueError(f"'{path}' is a safetensors file but not HeadScores (format {header.get('format')!r})")
+        order = json.loads(header.get("keys", "[]"))
+        if sorted(order) == sorted(scores):
+            scores = {k: scores[k] for k in order}
         return cls(scores, json.loads(header["metadata"]))
 
     @classmethod

@@ -2,18 +2,27 @@
 
 A sweep writes one results folder::
 
-    sweep.json        the SweepConfig that produced it (re-running checks it matches)
-    scores.pt         HeadScores recorded without ablation on the evaluation inputs themselves
-    thresholds.json   one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
-    runs/<id>.json    one record per finished run, written atomically the moment it finishes
+    sweep.json          the SweepConfig that produced it (re-running checks it matches)
+    scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
+    thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
+    runs/<id>.json      one record per finished run, written atomically the moment it finishes
+    runs.parquet        one row per run (written when the sweep command ends)
+    questions.parquet   one row per run x question
+    .lock               while a driver works on the folder: its host and pid
 
-Re-running the same command skips finished runs, so an interrupted sweep loses nothing.
+Re-running the same command skips finished runs, so an interrupted sweep loses nothing. The
+unablated model runs once: that baseline pass also records the scores used for calibration. A
+p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
+construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
+
+``executor="ray"`` runs the same sweep on Ray actors (see :mod:`inactive_heads.distributed`);
+its records are identical to the local executor's.
 """
 
 import json
 import os
+import socket
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,8 +35,23 @@ from .io import write_json_atomic
 from .models import BACKENDS, DEFAULT_MODEL
 from .scores import PAPER_SCORES, get_score
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "auto")
 BASELINE = "baseline"
+EXECUTORS = ("local", "ray")
+SCORES_FILE = "scores.safetensors"
+LEGACY_SCORES_FILE = "scores.pt"
+VOLATILE_FIELDS = ("seconds", "finished_at")
+
+
+def run_id(key: str | None, q: float | None) -> str:
+    """The id (and file name) of a run: ``baseline`` or ``<score>@p=<repr of p>``, e.g.
+    ``awft@p=0.001``. ``repr`` of a float is the shortest text that reads back as the same
+    number, so distinct p never share an id.
+
+    >>> run_id("awft", 0.001), run_id("awft", 0.004), run_id("random", 0), run_id(None, None)
+    ('awft@p=0.001', 'awft@p=0.004', 'random@p=0.0', 'baseline')
+    """
+    return BASELINE if key is None else f"{key}@p={float(q)!r}"
 
 
 @dataclass
@@ -51,6 +75,8 @@ class SweepConfig:
     batch_size: int = 8
     dtype: str = "float32"
     backend: str = "hooked"
+    device: str | None = None  # None: the first GPU if any, else the CPU (devices.resolve_device)
+    n_ctx: int | None = None  # None: the model config's context length
     seed: int = 0
     thresholds: str = "calibrated"
     source: str | None = None
@@ -68,6 +94,8 @@ class SweepConfig:
             raise ValueError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
+        if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
+            raise ValueError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
         self.scores = [s for s in self.scores if s != "random"]
         if not self.scores and not self.include_random:
             raise ValueError("the sweep has no score functions; pass some scores or keep Random")
@@ -75,10 +103,16 @@ class SweepConfig:
             get_score(key)
         if not self.quantiles or any(not 0 <= q < 1 for q in self.quantiles):
             raise ValueError(f"quantiles must be numbers in [0, 1), got {self.quantiles!r}")
+        self.quantiles = [float(q) for q in self.quantiles]
+        if len(set(self.quantiles)) != len(self.quantiles):
+            raise ValueError(f"quantiles must be distinct, got {self.quantiles!r}")
         if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
             raise ValueError(
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
             )
+        if self.thresholds.startswith("official:"):
+            for key in self.scores + (["random"] if self.include_random else []):
+                thresholds_for(self, key, None)  # unknown model, score or p: fails here, before any loading
         if self.subjects is not None:
             from .tasks import MMLU_SUBJECTS
 
@@ -109,8 +143,18 @@ class SweepConfig:
         keys = list(self.scores) + (["random"] if self.include_random else [])
         for key in keys:
             for q in self.quantiles:
-                ids.append((f"{key}@p={q:.2f}", key, q))
+                ids.append((run_id(key, q), key, q))
         return ids
+
+    @property
+    def records_scores(self) -> bool:
+        """Whether the baseline pass records scores (calibrated thresholds for some score)."""
+        return bool(self.scores) and self.thresholds == "calibrated"
+
+    def reuses_baseline(self, key: str | None, q: float | None) -> bool:
+        """A run that zeroes nothing by construction: p = 0 with τ calibrated on these very inputs
+        (the pooled minimum, or maximum, flags no head), or Random at p = 0."""
+        return key is not None and q == 0 and (key == "random" or self.thresholds == "calibrated")
 
 
 def _torch_dtype(name: str):
@@ -119,32 +163,81 @@ def _torch_dtype(name: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def _thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
+def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
+    """τ for each of the config's quantiles: calibrated on ``head_scores`` or the paper's preset."""
     if config.thresholds.startswith("official:"):
         model_name = config.thresholds.split(":", 1)[1]
         t = official_thresholds(model_name, config.task, key)
-        picked = [t.at(q) for q in config.quantiles]
+        try:
+            picked = [t.at(q) for q in config.quantiles]
+        except KeyError as e:
+            raise ValueError(f"{e.args[0]}; official thresholds exist for p in {list(t.quantiles)}") from None
         return Thresholds(key, tuple(config.quantiles), tuple(picked), t.direction, t.source, t.n_scores)
     return calibrate(head_scores, key, config.quantiles)
 
 
-def run_sweep(
-    config: SweepConfig,
-    out_dir: str | os.PathLike,
-    *,
-    model=None,
-    progress: bool = True,
-) -> "SweepResults":
-    """Run (or resume) a sweep into ``out_dir``; returns its :class:`SweepResults`.
+# ----------------------------------------------------------------------------------------------
+# The steps of a sweep, shared by the local and the Ray executor
 
-    The model is loaded once and the task tokenized once for all runs. Pass ``model`` to reuse
-    one already loaded (it must be the model ``config.model`` names).
+
+class FolderLock:
+    """``<out>/.lock`` (host, pid) while a driver works on a folder; a second driver refuses.
+
+    A lock left by a process that no longer runs on this host is taken over.
     """
-    from .evaluate import evaluate, plan_evaluation
-    from .models import load_model
-    from .recording import HeadScores, record_scores
 
-    out = Path(out_dir)
+    def __init__(self, out: Path):
+        self.path = Path(out) / ".lock"
+        self.mine = False
+
+    def __enter__(self) -> "FolderLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                if not self._stale():
+                    other = self._holder()
+                    raise RuntimeError(
+                        f"'{self.path.parent}' is in use by another sweep (pid {other.get('pid')} on "
+                        f"{other.get('host')} since {other.get('since')}); wait for it, or delete "
+                        f"{self.path} if that process is gone"
+                    ) from None
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.mine = True
+            return self
+        raise RuntimeError(f"could not take the lock {self.path}; delete it if no sweep is running")
+
+    def _holder(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _stale(self) -> bool:
+        other = self._holder()
+        if other.get("host") != socket.gethostname() or not isinstance(other.get("pid"), int):
+            return False
+        try:
+            os.kill(other["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def __exit__(self, *exc) -> None:
+        if self.mine:
+            self.path.unlink(missing_ok=True)
+            self.mine = False
+
+
+def prepare_folder(config: SweepConfig, out: Path) -> None:
+    """Check that ``out`` holds this sweep (or nothing yet) and write ``sweep.json``."""
     config_path = out / "sweep.json"
     if config_path.is_file():
         existing = json.loads(config_path.read_text())
@@ -156,77 +249,250 @@ def run_sweep(
             )
     write_json_atomic(config_path, config.to_dict())
 
-    if model is None:
-        model = load_model(config.model, backend=config.backend, dtype=_torch_dtype(config.dtype),
-                           progress=progress)
-    plan = plan_evaluation(
-        model,
-        config.task,
-        subjects=config.subjects,
-        limit=config.limit,
-        num_fewshot=config.num_fewshot,
-        apply_chat_template=config.apply_chat_template,
-        source=config.source,
-    )
 
-    scores_path = out / "scores.pt"
-    if config.scores and config.thresholds == "calibrated":
-        if scores_path.is_file():
-            head_scores = HeadScores.load(scores_path)
-        else:
-            head_scores = record_scores(
-                model, plan.inputs, config.scores, batch_size=config.batch_size, progress=progress,
-                seed=config.seed, description=f"{config.task} evaluation inputs ({len(plan.inputs)})",
-            )
-            head_scores.save(scores_path)
-    else:
-        head_scores = None
+def load_model_for(config: SweepConfig, progress: bool = True):
+    from .models import load_model
 
-    thresholds_path = out / "thresholds.json"
+    return load_model(config.model, backend=config.backend, dtype=config.dtype, device=config.device,
+                      n_ctx=config.n_ctx, progress=progress)
+
+
+def check_model_matches(config: SweepConfig, model) -> None:
+    """A model passed to :func:`run_sweep` must be the one the config describes (dtype, backend, n_ctx, device)."""
+    from .devices import resolve_device
+    from .hooks import model_device
+    from .models import model_info
+
+    info = model_info(model)
+    wanted = {
+        "dtype": None if config.dtype == "auto" else config.dtype,
+        "backend": None if config.backend == "auto" else config.backend,
+        "n_ctx": config.n_ctx,
+        "device": None if config.device is None else resolve_device(config.device),
+    }
+    actual = {"dtype": info.dtype, "backend": info.backend, "n_ctx": info.n_ctx, "device": str(model_device(model))}
+    if actual["device"] == "cuda":
+        actual["device"] = "cuda:0"
+    for key, want in wanted.items():
+        if want is not None and actual[key] != want:
+            raise ValueError(f"the model passed to run_sweep has {key} {actual[key]!r} but the sweep config says "
+                             f"{want!r}; load it with load_model(..., {key}={want!r}) or change the config")
+
+
+def plan_for(config: SweepConfig, model):
+    from .evaluate import plan_evaluation
+
+    return plan_evaluation(model, config.task, subjects=config.subjects, limit=config.limit,
+                           num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,
+                           source=config.source)
+
+
+def scores_description(config: SweepConfig, plan) -> str:
+    return f"{config.task} evaluation inputs ({len(plan.inputs)})"
+
+
+def find_scores_file(out: Path) -> Path | None:
+    """The folder's HeadScores file (``scores.safetensors``, or ``scores.pt`` of older folders)."""
+    for name in (SCORES_FILE, LEGACY_SCORES_FILE):
+        if (out / name).is_file():
+            return out / name
+    return None
+
+
+def write_thresholds(config: SweepConfig, out: Path, head_scores) -> dict[str, Thresholds]:
     keys = list(config.scores) + (["random"] if config.include_random else [])
-    thresholds = {key: _thresholds_for(config, key, head_scores) for key in keys}
-    write_json_atomic(thresholds_path, {k: t.to_dict() for k, t in thresholds.items()})
+    thresholds = {key: thresholds_for(config, key, head_scores) for key in keys}
+    write_json_atomic(out / "thresholds.json", {k: t.to_dict() for k, t in thresholds.items()})
+    return thresholds
 
-    runs = config.run_ids()
-    runs_dir = out / "runs"
-    todo = [r for r in runs if not (runs_dir / f"{r[0]}.json").is_file()]
-    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="sweep runs", unit="run",
-               disable=not progress)
-    for run_id, key, q in todo:
-        bar.set_postfix_str(run_id)
-        if key is None:
-            spec, tau = None, None
+
+def ablation_for(config: SweepConfig, key: str | None, tau: float | None) -> AblationSpec | None:
+    if key is None:
+        return None
+    if key == "random":
+        return AblationSpec("random", threshold=tau, seed=config.seed)
+    return AblationSpec("dynamic", score=key, threshold=tau, seed=config.seed)
+
+
+def record_path(out: Path, rid: str) -> Path:
+    return out / "runs" / f"{rid}.json"
+
+
+def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
+                result, plan, model) -> dict[str, Any]:
+    """The run record: what ran, its accuracy and realized zeroing, and every question's outcome."""
+    from .hooks import model_device
+    from .models import model_info
+
+    spec = ablation_for(config, key, tau)
+    info = model_info(model)
+    return {
+        "run_id": rid,
+        "model": config.model,
+        "task": plan.task,
+        "score": key,
+        "label": get_score(key).label if key else "No ablation",
+        "p": q,
+        "threshold": tau,
+        "accuracy": result.accuracy,
+        "accuracy_percent": 100 * result.accuracy,
+        "acc_norm": result.acc_norm,
+        "realized_fraction": result.realized_fraction,
+        "realized_percent": 100 * result.realized_fraction,
+        "realized_fraction_per_layer": result.realized_fraction_per_layer,
+        "n": result.n,
+        "n_forward_sequences": result.n_forward_sequences,
+        "correct": result.correct,
+        "correct_norm": result.correct_norm,
+        "loglikelihoods": result.loglikelihoods,
+        "gold": [req.gold for req in plan.requests],
+        "doc_ids": [req.doc_id for req in plan.requests],
+        "subjects": [req.subject for req in plan.requests],
+        "per_subject": result.per_subject,
+        "dtype": info.dtype,
+        "device": str(model_device(model)),
+        "backend": info.backend,
+        "seconds": result.seconds,
+        "ablation": spec.to_dict() if spec else None,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
+                  baseline: dict[str, Any]) -> dict[str, Any]:
+    """The record of a run that zeroes nothing by construction: the baseline's outcomes."""
+    spec = ablation_for(config, key, tau)
+    return {
+        **baseline,
+        "run_id": rid,
+        "score": key,
+        "label": get_score(key).label,
+        "p": q,
+        "threshold": tau,
+        "ablation": spec.to_dict(),
+        "seconds": 0.0,
+        "reused_from": BASELINE,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thresholds]) -> None:
+    """Write the records of the runs that reuse the baseline's (once the baseline is in)."""
+    base_path = record_path(out, BASELINE)
+    if not base_path.is_file():
+        return
+    baseline = json.loads(base_path.read_text())
+    for rid, key, q in config.run_ids():
+        if config.reuses_baseline(key, q) and not record_path(out, rid).is_file():
+            write_json_atomic(record_path(out, rid),
+                              reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
+
+
+def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float]]:
+    """Ablated runs still to evaluate (not finished, not reusing the baseline)."""
+    return [(rid, key, q) for rid, key, q in config.run_ids()
+            if key is not None and not config.reuses_baseline(key, q) and not record_path(out, rid).is_file()]
+
+
+# ----------------------------------------------------------------------------------------------
+# The local executor
+
+
+def run_sweep(
+    config: SweepConfig,
+    out_dir: str | os.PathLike,
+    *,
+    model=None,
+    progress: bool = True,
+    executor: str = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float | None = None,
+    threads_per_worker: int | None = None,
+    shards: int | None = None,
+) -> "SweepResults":
+    """Run (or resume) a sweep into ``out_dir``; returns its :class:`SweepResults`.
+
+    ``executor="local"``: the model is loaded once (or pass ``model``, which must be the model
+    ``config.model`` names) and the task tokenized once for all runs. ``executor="ray"``: Ray
+    actors (``workers``, each with ``gpus_per_worker`` GPUs and ``threads_per_worker`` CPU
+    threads) run shards of the inputs; ``address`` joins an existing Ray cluster (``"auto"`` or
+    ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
+    out = Path(out_dir)
+    if executor == "ray":
+        if model is not None:
+            raise ValueError("model= applies to the local executor only; Ray workers load config.model")
+        from .distributed import run_sweep_ray
+
+        return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
+                             threads_per_worker=threads_per_worker, shards=shards, progress=progress)
+    if address is not None or workers is not None or gpus_per_worker is not None or shards is not None:
+        raise ValueError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
+    with FolderLock(out):
+        prepare_folder(config, out)
+        if model is None:
+            model = load_model_for(config, progress)
         else:
-            tau = thresholds[key].at(q)
-            if key == "random":
-                spec = AblationSpec("random", threshold=tau, seed=config.seed)
-            else:
-                spec = AblationSpec("dynamic", score=key, threshold=tau, seed=config.seed)
-        result = evaluate(model, plan, ablation=spec, batch_size=config.batch_size, progress=progress)
-        record = {
-            "run_id": run_id,
-            "score": key,
-            "label": get_score(key).label if key else "No ablation",
-            "p": q,
-            "threshold": tau,
-            "accuracy": result.accuracy,
-            "accuracy_percent": 100 * result.accuracy,
-            "acc_norm": result.acc_norm,
-            "realized_fraction": result.realized_fraction,
-            "realized_percent": 100 * result.realized_fraction,
-            "realized_fraction_per_layer": result.realized_fraction_per_layer,
-            "n": result.n,
-            "n_forward_sequences": result.n_forward_sequences,
-            "correct": result.correct,
-            "per_subject": result.per_subject,
-            "seconds": result.seconds,
-            "ablation": spec.to_dict() if spec else None,
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        write_json_atomic(runs_dir / f"{run_id}.json", record)
+            check_model_matches(config, model)
+        plan = plan_for(config, model)
+        head_scores = _local_baseline(config, out, model, plan, progress)
+        thresholds = write_thresholds(config, out, head_scores)
+        write_reused_runs(config, out, thresholds)
+        _local_runs(config, out, model, plan, thresholds, progress)
+        results = SweepResults.load(out)
+        results.write_tables()
+    return results
+
+
+def _evaluate_module():
+    """The evaluate submodule (the package attribute of that name is the function); looked up
+    at call time so tests can spy on ``evaluate``."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.evaluate")
+
+
+def _local_baseline(config: SweepConfig, out: Path, model, plan, progress: bool):
+    """The one unablated pass: the baseline record and, when thresholds are calibrated, the scores."""
+    from .recording import HeadScores
+
+    evaluate_module = _evaluate_module()
+
+    scores_file = find_scores_file(out)
+    head_scores = HeadScores.load(scores_file) if config.records_scores and scores_file else None
+    need_scores = config.records_scores and head_scores is None
+    need_record = not record_path(out, BASELINE).is_file()
+    if need_scores or need_record:
+        result = evaluate_module.evaluate(
+            model, plan, batch_size=config.batch_size, progress=progress,
+            record=list(config.scores) if need_scores else None,
+            record_description=scores_description(config, plan),
+        )
+        if need_scores:
+            head_scores = result.head_scores
+            head_scores.save(out / SCORES_FILE)
+        if need_record:
+            write_json_atomic(record_path(out, BASELINE),
+                              make_record(config, BASELINE, None, None, None, result, plan, model))
+    return head_scores
+
+
+def _local_runs(config: SweepConfig, out: Path, model, plan, thresholds, progress: bool) -> None:
+    evaluate_module = _evaluate_module()
+    todo = pending_runs(config, out)
+    total = len(config.run_ids())
+    bar = tqdm(total=total, initial=total - len(todo), desc="sweep runs", unit="run", disable=not progress)
+    for rid, key, q in todo:
+        bar.set_postfix_str(rid)
+        tau = thresholds[key].at(q)
+        result = evaluate_module.evaluate(model, plan, ablation=ablation_for(config, key, tau),
+                                          batch_size=config.batch_size, progress=progress)
+        write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model))
         bar.update(1)
     bar.close()
-    return SweepResults.load(out)
 
 
 @dataclass
@@ -252,7 +518,7 @@ class SweepResults:
         records = {}
         for f in sorted((path / "runs").glob("*.json")):
             rec = json.loads(f.read_text())
-            records[rec["run_id"]] = rec
+            records[run_id(rec["score"], rec["p"])] = rec  # folders of earlier versions: ids 'x@p=0.30'
         return cls(path, config, thresholds, records)
 
     @property
@@ -283,42 +549,87 @@ class SweepResults:
     def is_complete(self) -> bool:
         return all(run_id in self.records for run_id, _, _ in self.config.run_ids())
 
+    @property
+    def scores_path(self) -> Path | None:
+        """The HeadScores file recorded for calibration, or None (official thresholds, or not yet)."""
+        return find_scores_file(self.path)
+
     def head_scores(self):
         from .recording import HeadScores
 
-        return HeadScores.load(self.path / "scores.pt")
+        if self.scores_path is None:
+            raise FileNotFoundError(f"'{self.path}' holds no recorded scores ({SCORES_FILE}); "
+                                    "they exist once the baseline pass of a calibrated sweep has run")
+        return HeadScores.load(self.scores_path)
 
-    def table(self, tolerance: int | float = 1.0):
-        """One row per score: max % zeroed within ``tolerance`` points, normalized AUC, rank."""
+    def to_dataframe(self, level: str = "runs"):
+        """The records as a pandas DataFrame: ``level="runs"`` one row per run (model, task, score,
+        label, p, threshold, realized %, accuracy, n, seconds, dtype, device, backend);
+        ``level="questions"`` one row per run x question (subject, doc id, gold, correct,
+        log-likelihoods, acc_norm correctness where the task has it)."""
         import pandas as pd
 
-        from .analysis import max_fraction_within, normalized_auc
-
-        base = self.baseline_percent
+        if level not in ("runs", "questions"):
+            raise ValueError(f"level must be 'runs' or 'questions', got {level!r}")
+        order = [rid for rid, _, _ in self.config.run_ids() if rid in self.records]
+        order += [rid for rid in self.records if rid not in order]
+        if level == "runs":
+            rows = [{"run_id": rid, **{c: self.records[rid].get(c) for c in RUN_COLUMNS}} for rid in order]
+            frame = pd.DataFrame(rows, columns=["run_id", *RUN_COLUMNS])
+            frame["reused_from"] = [self.records[rid].get("reused_from") for rid in order]
+            return frame
         rows = []
-        for key, points in self.curves().items():
-            rows.append(
-                {
-                    "score": key,
-                    "label": get_score(key).label,
-                    "max_pct_within": max_fraction_within(points, base, tolerance),
-                    "normalized_auc": normalized_auc(points),
-                    "max_realized_pct": max(p for p, _ in points),
-                    "points": len(points),
-                }
-            )
-        frame = pd.DataFrame(rows)
-        if not frame.empty:
-            frame = frame.sort_values("normalized_auc", ascending=False, kind="stable")
-            frame["rank"] = range(1, len(frame) + 1)
-            frame = frame.reset_index(drop=True)
-        return frame
+        for rid in order:
+            rec = self.records[rid]
+            n = rec["n"]
+            norm = rec.get("correct_norm") or [None] * n
+            for i in range(n):
+                rows.append({
+                    "run_id": rid, "model": rec.get("model", self.config.model), "task": rec.get("task"),
+                    "score": rec["score"], "p": rec["p"], "question": i,
+                    "subject": (rec.get("subjects") or [None] * n)[i],
+                    "doc_id": (rec.get("doc_ids") or [None] * n)[i],
+                    "gold": (rec.get("gold") or [None] * n)[i],
+                    "correct": rec["correct"][i],
+                    "correct_norm": norm[i],
+                    "loglikelihoods": (rec.get("loglikelihoods") or [None] * n)[i],
+                })
+        return pd.DataFrame(rows, columns=QUESTION_COLUMNS)
+
+    def write_tables(self) -> tuple[Path, Path]:
+        """Write ``runs.parquet`` and ``questions.parquet`` (atomically) into the sweep folder."""
+        from .io import atomic_path
+
+        paths = []
+        for level in ("runs", "questions"):
+            path = self.path / f"{level}.parquet"
+            with atomic_path(path) as tmp:
+                self.to_dataframe(level).to_parquet(tmp, index=False)
+            paths.append(path)
+        return paths[0], paths[1]
+
+    def table(self, tolerance: int | float = 1.0):
+        """The summary table, one row per score with 95 % intervals:
+        :func:`inactive_heads.report.summary_table` (the one place it is computed)."""
+        from .report import summary_table
+
+        return summary_table(self, tolerance)
+
+
+RUN_COLUMNS = ("model", "task", "score", "label", "p", "threshold", "realized_percent", "accuracy_percent",
+               "acc_norm", "n", "seconds", "dtype", "device", "backend")
+QUESTION_COLUMNS = ("run_id", "model", "task", "score", "p", "question", "subject", "doc_id", "gold", "correct",
+                    "correct_norm", "loglikelihoods")
+
+
+def load_results(path: str | os.PathLike, level: str = "runs"):
+    """A sweep folder's results as a pandas DataFrame (``level="runs"`` or ``"questions"``).
+
+    >>> ih.load_results("results/").sort_values("accuracy_percent")    # doctest: +SKIP
+    """
+    return SweepResults.load(path).to_dataframe(level)
 
 
 def sweep_results(path: str | os.PathLike) -> SweepResults:
     """Read a results folder written by :func:`run_sweep` (or ``inactive-heads sweep``)."""
     return SweepResults.load(path)
-
-
-def describe(keys: Sequence[str]) -> str:
-    return ", ".join(f"{k} ({get_score(k).label})" for k in keys)

@@ -4,6 +4,7 @@ import importlib
 import json
 
 import pytest
+import torch
 from inactive_heads.sweep import SweepConfig, SweepResults, run_sweep
 
 # The submodule itself: ``inactive_heads.evaluate`` as an attribute is the exported function.
@@ -44,17 +45,43 @@ def test_complete_sweep_has_every_run(complete):
     assert set(curves) == {"ahon_ln", "awft", "random"}
     base = complete.records["baseline"]
     assert base["n"] == 6 and base["realized_fraction"] == 0.0
-    # p = 0 calibrates tau at the pooled minimum (maximum for AWFT): nothing is zeroed, so the
-    # run reproduces the baseline exactly.
+    assert len(base["loglikelihoods"]) == 6 and all(len(ll) == 4 for ll in base["loglikelihoods"])
+    chosen = [max(range(4), key=ll.__getitem__) for ll in base["loglikelihoods"]]
+    assert base["correct"] == [c == g for c, g in zip(chosen, base["gold"])]
+    assert base["subjects"] == ["abstract_algebra"] * 3 + ["anatomy"] * 3
     for key in ("ahon_ln", "awft", "random"):
-        rec = complete.records[f"{key}@p=0.00"]
-        assert rec["realized_fraction"] == 0.0
-        assert rec["correct"] == base["correct"]
-    assert complete.records["ahon_ln@p=0.30"]["realized_fraction"] > 0
+        assert complete.records[f"{key}@p=0.0"]["reused_from"] == "baseline"
+    assert complete.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
     thresholds = json.loads((complete.path / "thresholds.json").read_text())
     assert set(thresholds) == {"ahon_ln", "awft", "random"}
     table = complete.table()
-    assert list(table["score"]).count("ahon_ln") == 1 and list(table["rank"]) == [1, 2, 3]
+    assert list(table["score"]).count("ahon_ln") == 1
+
+
+def test_reused_p0_records_equal_a_real_evaluation(complete, smollm2_hooked):
+    """p = 0 is not evaluated in the sweep; evaluating it for real gives the same record."""
+    plan = evaluate_module.plan_evaluation(smollm2_hooked, "mmlu", subjects=["abstract_algebra", "anatomy"],
+                                           limit=3, num_fewshot=0)
+    for key in ("ahon_ln", "awft", "random"):
+        rec = complete.records[f"{key}@p=0.0"]
+        real = evaluate_module.evaluate(smollm2_hooked, plan, ablation=rec["ablation"], batch_size=4,
+                                        progress=False)
+        assert real.realized_fraction == 0.0 and real.realized_fraction_per_layer == [0.0] * 30
+        assert real.loglikelihoods == rec["loglikelihoods"]  # bit for bit
+        assert real.correct == rec["correct"] and real.accuracy == rec["accuracy"]
+
+
+def test_scores_come_from_the_baseline_pass(complete, smollm2_hooked):
+    """One unablated pass: the scores it records equal a separate record_scores pass."""
+    from inactive_heads.recording import record_scores
+
+    plan = evaluate_module.plan_evaluation(smollm2_hooked, "mmlu", subjects=["abstract_algebra", "anatomy"],
+                                           limit=3, num_fewshot=0)
+    separate = record_scores(smollm2_hooked, plan.inputs, ["ahon_ln", "awft"], batch_size=4, progress=False)
+    stored = complete.head_scores()
+    assert complete.scores_path.name == "scores.safetensors"
+    for key in ("ahon_ln", "awft"):
+        assert torch.equal(stored[key], separate[key])
 
 
 def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked, complete, tmp_path, monkeypatch):
@@ -70,9 +97,12 @@ def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked,
     monkeypatch.setattr(evaluate_module, "evaluate", interrupt_after_three)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(small_config(), tmp_path, model=smollm2_hooked, progress=False)
+    # the unablated pass (baseline + scores) ran once, first; the three p = 0 runs reuse it
+    assert calls[0] is None and all(c is not None and c.threshold > 0 for c in calls[1:])
     finished = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
-    assert len(finished) == 3
+    assert len(finished) == 1 + 3 + 2
     assert not list((tmp_path / "runs").glob(".*.tmp"))  # nothing half-written
+    assert not (tmp_path / ".lock").exists()  # released on the way out
     mtimes = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
 
     resumed_calls = []
@@ -83,11 +113,29 @@ def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked,
 
     monkeypatch.setattr(evaluate_module, "evaluate", counting)
     resumed = run_sweep(small_config(), tmp_path, model=smollm2_hooked, progress=False)
-    assert len(resumed_calls) == len(complete.records) - 3
+    assert len(resumed_calls) == 1  # only the run that was interrupted
     for name, mtime in mtimes.items():  # finished runs were not rewritten
         assert (tmp_path / "runs" / name).stat().st_mtime_ns == mtime
     assert stable(resumed.records) == stable(complete.records)
     assert stable(SweepResults.load(tmp_path).records) == stable(complete.records)
+
+
+def test_results_as_dataframes(complete):
+    import pandas as pd
+
+    import inactive_heads as ih
+
+    runs = pd.read_parquet(complete.path / "runs.parquet")
+    assert len(runs) == 7 and set(runs["run_id"]) == set(complete.records)
+    assert runs.set_index("run_id").loc["ahon_ln@p=0.3", "accuracy_percent"] == \
+        complete.records["ahon_ln@p=0.3"]["accuracy_percent"]
+    questions = ih.load_results(complete.path, "questions")
+    assert len(questions) == 7 * 6
+    base = questions[questions["run_id"] == "baseline"]
+    assert list(base["doc_id"]) == complete.records["baseline"]["doc_ids"]
+    assert list(base["correct"]) == complete.records["baseline"]["correct"]
+    assert pd.read_parquet(complete.path / "questions.parquet")["loglikelihoods"].map(list).tolist() == \
+        questions["loglikelihoods"].tolist()
 
 
 def test_a_different_sweep_in_the_same_folder_is_refused(complete, smollm2_hooked):
@@ -108,3 +156,45 @@ def test_config_round_trips_and_validates():
         small_config(quantiles=[1.5])
     with pytest.raises(ValueError, match="unknown sweep option"):
         SweepConfig.from_dict({"modle": "x"})
+
+
+def test_run_ids_are_unique_for_close_quantiles():
+    cfg = small_config(quantiles=[0.001, 0.004, 0.3])
+    ids = [r for r, _, _ in cfg.run_ids()]
+    assert len(ids) == len(set(ids)) == 1 + 3 * 3
+    assert "awft@p=0.001" in ids and "awft@p=0.004" in ids
+    with pytest.raises(ValueError, match="quantiles must be distinct"):
+        small_config(quantiles=[0.1, 0.1])
+
+
+def test_official_thresholds_are_checked_before_any_loading(monkeypatch):
+    import inactive_heads.models as models
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    with pytest.raises((KeyError, ValueError), match="nosuchmodel"):
+        small_config(thresholds="official:nosuchmodel")
+    with pytest.raises(ValueError, match="official thresholds exist for p in"):
+        small_config(thresholds="official:meta-llama/Llama-3.2-3B", quantiles=[0.0, 0.33])
+
+
+def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from inactive_heads.sweep import FolderLock
+
+    with FolderLock(tmp_path):
+        with pytest.raises(RuntimeError, match=f"in use by another sweep \\(pid {os.getpid()} on"):
+            with FolderLock(tmp_path):
+                pass
+    assert not (tmp_path / ".lock").exists()
+    # a lock left by a process that is gone (same host) is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+    (tmp_path / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "since": "x"}))
+    with FolderLock(tmp_path) as lock:
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()

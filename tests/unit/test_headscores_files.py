@@ -21,6 +21,7 @@ def test_save_writes_safetensors_that_round_trip(tmp_path):
         assert torch.equal(f.get_tensor("awft"), hs["awft"])
     back = HeadScores.load(path)
     assert back.metadata == hs.metadata
+    assert back.keys() == ["ahon_ln", "awft", "aeqd"]  # the recorded order, not sorted
     for key in hs.keys():
         assert back[key].dtype == torch.float32 and torch.equal(back[key], hs[key])
 
