@@ -382,6 +382,12 @@ def bootstrap_indices(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 
     return np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), int(n)))
 
 
+def bootstrap_counts(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Float[np.ndarray, "B n"]:
+    """How often each question is drawn in each replicate of :func:`bootstrap_indices`: the mean
+    of per-question values ``v`` on every replicate is then ``counts @ v / n``."""
+    return _counts(bootstrap_indices(n, n_resamples, seed), n)
+
+
 def _counts(indices: Int[np.ndarray, "B n"], n: int) -> Float[np.ndarray, "B n"]:
     """How often each question is drawn in each replicate (one row per replicate)."""
     b = indices.shape[0]
@@ -584,9 +590,16 @@ def curve_intervals(
 # Label-free paired measures from the answer log-likelihoods
 
 
-def _loglik_rows(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> list[np.ndarray]:
-    rows = [np.asarray(ll, dtype=np.float64) for ll in loglikelihoods]
-    if not rows or any(r.ndim != 1 or r.size < 2 for r in rows):
+def _loglik_rows(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> list[np.ndarray] | np.ndarray:
+    """A ``[questions, choices]`` array when every question has as many choices (the usual case),
+    else one array per question."""
+    if isinstance(loglikelihoods, np.ndarray) and loglikelihoods.ndim == 2:
+        rows = loglikelihoods.astype(np.float64)
+    else:
+        rows = [np.asarray(ll, dtype=np.float64) for ll in loglikelihoods]
+        if rows and all(r.ndim == 1 for r in rows) and len({r.size for r in rows}) == 1:
+            rows = np.stack(rows)
+    if len(rows) == 0 or any(r.ndim != 1 or r.size < 2 for r in rows):
         raise ValueError("log-likelihoods must be one list of at least two choices per question")
     return rows
 
@@ -594,7 +607,10 @@ def _loglik_rows(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> list
 def chosen_answers(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> Int[np.ndarray, " n"]:
     """Index of the answer each question's model picks: the largest log-likelihood (first on ties,
     as lm-eval's ``argmax``)."""
-    return np.asarray([int(np.argmax(r)) for r in _loglik_rows(loglikelihoods)])
+    rows = _loglik_rows(loglikelihoods)
+    if isinstance(rows, np.ndarray):
+        return np.argmax(rows, axis=1)
+    return np.asarray([int(np.argmax(r)) for r in rows])
 
 
 def answer_agreement(
@@ -618,6 +634,9 @@ def choice_kl(
     runs, bases = _loglik_rows(loglikelihoods), _loglik_rows(baseline_loglikelihoods)
     if len(runs) != len(bases) or any(r.size != b.size for r, b in zip(runs, bases)):
         raise ValueError("runs must answer the same questions with the same number of choices")
+    if isinstance(runs, np.ndarray) and isinstance(bases, np.ndarray):
+        log_p, log_q = special.log_softmax(bases, axis=1), special.log_softmax(runs, axis=1)
+        return np.maximum(np.sum(np.exp(log_p) * (log_p - log_q), axis=1), 0.0)
     out = np.empty(len(runs))
     for i, (q_ll, p_ll) in enumerate(zip(runs, bases)):
         log_p, log_q = special.log_softmax(p_ll), special.log_softmax(q_ll)
@@ -630,6 +649,7 @@ __all__ = [
     "Interval",
     "accuracy_interval",
     "answer_agreement",
+    "bootstrap_counts",
     "bootstrap_indices",
     "bootstrap_means",
     "choice_kl",

@@ -483,17 +483,25 @@ def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real]) -> go.F
 # Sweep results
 
 
-def _sweep_points(results: SweepResults) -> dict[str, list[tuple[float, float, float | None, float | None]]]:
-    """Per score: (realized %, accuracy %, p, τ) sorted by realized %."""
-    out: dict[str, list[tuple[float, float, float | None, float | None]]] = {}
-    for rec in results.records.values():
-        if rec["score"]:
+def _sweep_points(results: SweepResults, metric: str = "accuracy") -> dict[str, list[tuple]]:
+    """Per score: (realized %, value, p, τ, low, high) sorted by realized %, where value is the
+    run's accuracy % or answer agreement % (``metric``) and [low, high] its 95 % interval."""
+    from .report import runs_table
+
+    table = runs_table(results).set_index("run_id")
+    out: dict[str, list[tuple]] = {}
+    for run_id, rec in results.records.items():
+        if rec["score"] and run_id in table.index:
+            row = table.loc[run_id]
+            if metric == "agreement" and np.isnan(row["agreement"]):
+                continue
             p, tau = rec.get("p"), rec.get("threshold")
             out.setdefault(rec["score"], []).append(
-                (float(rec["realized_percent"]), float(rec["accuracy_percent"]),
-                 None if p is None else float(p), None if tau is None else float(tau))
+                (float(rec["realized_percent"]), float(row[metric]),
+                 None if p is None else float(p), None if tau is None else float(tau),
+                 float(row[f"{metric}_low"]), float(row[f"{metric}_high"]))
             )
-    return {k: sorted(out[k], key=lambda t: t[0]) for k in results.score_keys}
+    return {k: sorted(out[k], key=lambda t: t[0]) for k in results.score_keys if k in out}
 
 
 def _baseline_of(results: SweepResults) -> float | None:
@@ -506,23 +514,32 @@ def accuracy_curves(
     baseline: Real | None = None,
     tolerance: Real = 1.0,
     title: str | None = None,
+    metric: str = "accuracy",
 ) -> go.Figure:
     """Accuracy (%) against the realized % of heads zeroed, one line per score function, with
     horizontal lines at the baseline and at baseline − ``tolerance`` (the Table 2 line).
 
-    Pass a :class:`SweepResults` (baseline from its nothing-zeroed run unless given) or a dict
+    Pass a :class:`SweepResults` (baseline from its nothing-zeroed run unless given; each point
+    gets an error bar, its 95 % bootstrap interval over questions) or a dict
     ``{score key: [(realized %, accuracy %), ...]}`` and ``baseline``. Without any baseline the
-    reference lines are left out.
+    reference lines are left out. ``metric="agreement"`` plots the answer agreement with the
+    unablated model instead (SweepResults only; the reference lines are then 100 % and 99 %).
     """
+    if metric not in ("accuracy", "agreement"):
+        raise ValueError(f"metric must be 'accuracy' or 'agreement'; got {metric!r}")
     if isinstance(sweep_results_or_curves, SweepResults):
         results = sweep_results_or_curves
-        points = _sweep_points(results)
-        if baseline is None:
+        points = _sweep_points(results, metric)
+        if metric == "agreement":
+            baseline = 100.0
+        elif baseline is None:
             baseline = _baseline_of(results)
-        title = title or f"{results.config.model} on {results.config.task}: accuracy vs heads zeroed"
+        title = title or f"{results.config.model} on {results.config.task}: {metric} vs heads zeroed"
     else:
+        if metric != "accuracy":
+            raise ValueError("metric='agreement' needs a SweepResults (the runs' log-likelihoods)")
         points = {
-            k: [(float(x), float(y), None, None) for x, y in sorted((float(a), float(b)) for a, b in pts)]
+            k: [(float(x), float(y), None, None, None, None) for x, y in sorted((float(a), float(b)) for a, b in pts)]
             for k, pts in sweep_results_or_curves.items()
         }
     fig = go.Figure()
@@ -531,8 +548,17 @@ def accuracy_curves(
             continue
         label = score_label(key)
         custom = [
-            f"p = {p:.0%}, τ = {t:.4g}" if p is not None and t is not None else "" for _, _, p, t in pts
+            (f"p = {p:.0%}, τ = {t:.4g}" if p is not None and t is not None else "")
+            + (f"<br>95% interval {lo:.2f} to {hi:.2f}" if lo is not None else "")
+            for _, _, p, t, lo, hi in pts
         ]
+        has_bars = all(lo is not None for *_, lo, _ in pts)
+        error_y = (
+            {"type": "data", "symmetric": False, "array": [hi - y for _, y, *_, hi in pts],
+             "arrayminus": [y - lo for _, y, *_, lo, _ in pts], "thickness": 1, "width": 3,
+             "color": score_color(key)}
+            if has_bars else None
+        )
         fig.add_trace(
             go.Scatter(
                 x=[x for x, *_ in pts],
@@ -541,9 +567,10 @@ def accuracy_curves(
                 name=label,
                 line={"color": score_color(key), "dash": score_dash(key), "width": 2.5 if key == "ahon_ln" else 1.8},
                 marker={"size": 7, "color": score_color(key)},
+                error_y=error_y,
                 customdata=custom,
                 hovertemplate=(
-                    f"<b>{label}</b><br>%{{x:.2f}}% zeroed<br>accuracy %{{y:.2f}}%<br>%{{customdata}}<extra></extra>"
+                    f"<b>{label}</b><br>%{{x:.2f}}% zeroed<br>{metric} %{{y:.2f}}%<br>%{{customdata}}<extra></extra>"
                 ),
             )
         )
@@ -566,7 +593,7 @@ def accuracy_curves(
         legend={"title": {"text": "score function"}, "itemclick": "toggle", "itemdoubleclick": "toggleothers"},
     )
     fig.update_xaxes(title_text="% of heads zeroed (realized)", rangemode="tozero")
-    fig.update_yaxes(title_text="accuracy (%)")
+    fig.update_yaxes(title_text=f"{metric} (%)")
     return fig
 
 
@@ -577,7 +604,7 @@ def auc_ranking(
     title: str | None = None,
 ) -> go.Figure:
     """Dot plot of each score's normalized AUC (its mean accuracy over its own realized range,
-    METHOD.md §5.7), best at the top, with the baseline accuracy as a vertical line."""
+    docs/concepts.md), best at the top, with the baseline accuracy as a vertical line."""
     if isinstance(sweep_results_or_curves, SweepResults):
         curves = sweep_results_or_curves.curves()
         if baseline is None:

@@ -5,7 +5,7 @@
 
 The report embeds plotly.js once, inline, so it opens offline (no CDN). It reads everything from
 the folder (``sweep.json``, ``thresholds.json``, ``runs/*.json`` and, when present,
-``scores.pt``), so it can be rewritten at any time, also for a sweep that is still running: the
+``scores.safetensors``), so it can be rewritten at any time, also for a sweep that is still running: the
 missing runs are listed and every table and figure uses the runs that finished.
 """
 
@@ -25,7 +25,18 @@ from plotly.offline import get_plotlyjs
 from . import plots
 from .io import write_text_atomic
 from .plots import score_label
-from .analysis import normalized_auc
+from .analysis import (
+    DEFAULT_RESAMPLES,
+    Real,
+    accuracy_interval,
+    answer_agreement,
+    bootstrap_indices,
+    bootstrap_counts,
+    choice_kl,
+    curve_intervals,
+    percentile_interval,
+    questions_to_resolve,
+)
 from .calibration import Thresholds, calibrate
 from .recording import HeadScores, toolkit_version
 from .scores import get_score
@@ -34,39 +45,169 @@ from .sweep import BASELINE, SweepResults
 HEATMAP_P = 0.30
 """The nominal fraction whose threshold outlines heads in the report's heatmap (the paper's largest)."""
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
-Real = int | float | np.integer | np.floating
-COLUMNS = ["score", "label", "max_pct_within", "normalized_auc", "max_realized_pct", "points", "rank"]
+COLUMNS = [
+    "score", "label", "max_pct_within", "max_pct_within_low", "max_pct_within_high", "normalized_auc",
+    "auc_low", "auc_high", "max_pct_agree", "max_pct_agree_low", "max_pct_agree_high", "max_realized_pct",
+    "points", "rank",
+]
 
 
 def _load(results: SweepResults | str | os.PathLike) -> SweepResults:
     return results if isinstance(results, SweepResults) else SweepResults.load(results)
 
 
-def summary_table(results: SweepResults, tolerance: Real = 1.0) -> pd.DataFrame:
-    """:meth:`SweepResults.table`, also for a sweep without its baseline run yet (then
-    ``max_pct_within`` is NaN). Columns: score, label, max_pct_within, normalized_auc,
-    max_realized_pct, points, rank (by normalized AUC, 1 = best)."""
-    if BASELINE in results.records:
-        frame = results.table(float(tolerance))
-    else:
-        rows = [
-            {
-                "score": key,
-                "label": score_label(key),
-                "max_pct_within": math.nan,
-                "normalized_auc": normalized_auc(points),
-                "max_realized_pct": max(x for x, _ in points),
-                "points": len(points),
-            }
-            for key, points in results.curves().items()
-        ]
-        frame = pd.DataFrame(rows)
-        if not frame.empty:
-            frame = frame.sort_values("normalized_auc", ascending=False, kind="stable").reset_index(drop=True)
-            frame["rank"] = range(1, len(frame) + 1)
-    if frame.empty:
+AGREEMENT_TOLERANCE = 1.0
+"""Points of answer agreement an ablation may lose: "max % zeroed with ≥ 99 % agreement"."""
+
+
+def _record_arrays(results: SweepResults) -> tuple[dict[str, dict[str, np.ndarray]], int | None]:
+    """Per finished run: ``correct`` (in %), and, when the records and the baseline keep their
+    log-likelihoods, ``agree`` (in %) and ``kl`` (nats) against the baseline, per question."""
+    key = tuple(sorted(results.records))
+    cached = getattr(results, "_question_arrays", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    base = results.records.get(BASELINE)
+    base_ll = base.get("loglikelihoods") if base else None
+    sizes = {len(rec["correct"]) for rec in results.records.values() if rec.get("correct")}
+    if len(sizes) > 1:
+        raise ValueError(
+            f"the runs in '{results.path}' answered different numbers of questions ({sorted(sizes)}); "
+            "they are not one sweep: re-run it into a fresh --out folder"
+        )
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for run_id, rec in results.records.items():
+        if not rec.get("correct"):
+            continue
+        arrays = {"correct": 100.0 * np.asarray(rec["correct"], dtype=np.float64)}
+        ll = rec.get("loglikelihoods")
+        if base_ll is not None and ll is not None:
+            arrays["agree"] = 100.0 * answer_agreement(ll, base_ll)
+            arrays["kl"] = choice_kl(ll, base_ll)
+        out[run_id] = arrays
+    value = out, (sizes.pop() if sizes else None)
+    results._question_arrays = (key, value)  # read once per SweepResults (the report reads it often)
+    return value
+
+
+def summary_table(
+    results: SweepResults,
+    tolerance: Real = 1.0,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per score, ranked by normalized AUC (1 = best), with paired bootstrap intervals.
+
+    Columns: ``score, label``; ``max_pct_within`` (the largest realized % zeroed with accuracy
+    within ``tolerance`` points of the baseline; NaN before the baseline run) with
+    ``max_pct_within_low/high``; ``normalized_auc`` with ``auc_low/high``; ``max_pct_agree``
+    (the largest % zeroed with answer agreement ≥ 100 − 1 %; NaN when the records keep no
+    log-likelihoods) with ``max_pct_agree_low/high``; ``max_realized_pct``, ``points``, ``rank``.
+    Intervals are 95 % percentile intervals of ``n_resamples`` resamples of the questions,
+    the same resamples for every run (:func:`inactive_heads.analysis.curve_intervals`).
+    """
+    arrays, n = _record_arrays(results)
+    has_baseline = BASELINE in arrays
+    by_key: dict[str, list[tuple[float, str]]] = {}
+    for run_id, rec in results.records.items():
+        if rec["score"] and run_id in arrays:
+            by_key.setdefault(rec["score"], []).append((float(rec["realized_percent"]), run_id))
+    by_key = {k: by_key[k] for k in results.score_keys if k in by_key}
+    if not by_key:
         return pd.DataFrame(columns=COLUMNS)
+    indices = bootstrap_indices(n, n_resamples, seed)
+    accuracy = curve_intervals(
+        {k: [(x, arrays[r]["correct"]) for x, r in runs] for k, runs in by_key.items()},
+        arrays[BASELINE]["correct"] if has_baseline else 0.0, tolerance, indices=indices,
+    ).set_index("score")
+    if not has_baseline:
+        accuracy[["max_pct_within", "max_pct_within_low", "max_pct_within_high"]] = math.nan
+    with_agreement = {k: runs for k, runs in by_key.items() if all("agree" in arrays[r] for _, r in runs)}
+    agreement = curve_intervals(
+        {k: [(x, arrays[r]["agree"]) for x, r in runs] for k, runs in with_agreement.items()},
+        100.0, AGREEMENT_TOLERANCE, indices=indices,
+    ).set_index("score")
+    rows = []
+    for key, runs in by_key.items():
+        acc = accuracy.loc[key]
+        agree = agreement.loc[key] if key in agreement.index else None
+        rows.append({
+            "score": key,
+            "label": score_label(key),
+            "max_pct_within": acc["max_pct_within"],
+            "max_pct_within_low": acc["max_pct_within_low"],
+            "max_pct_within_high": acc["max_pct_within_high"],
+            "normalized_auc": acc["normalized_auc"],
+            "auc_low": acc["auc_low"],
+            "auc_high": acc["auc_high"],
+            "max_pct_agree": math.nan if agree is None else agree["max_pct_within"],
+            "max_pct_agree_low": math.nan if agree is None else agree["max_pct_within_low"],
+            "max_pct_agree_high": math.nan if agree is None else agree["max_pct_within_high"],
+            "max_realized_pct": max(x for x, _ in runs),
+            "points": len(runs),
+        })
+    frame = pd.DataFrame(rows).sort_values("normalized_auc", ascending=False, kind="stable")
+    frame = frame.reset_index(drop=True)
+    frame["rank"] = range(1, len(frame) + 1)
     return frame[COLUMNS]
+
+
+def runs_table(
+    results: SweepResults,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per finished run, baseline first, with paired bootstrap intervals: ``accuracy``
+    (%), ``difference`` from the baseline (points), ``agreement`` (% of questions whose chosen
+    answer is the baseline's) and ``kl`` (mean KL(baseline ‖ run) over the answer choices, nats);
+    each with ``_low``/``_high``. Difference, agreement and KL need the baseline run (and the
+    last two its log-likelihoods); NaN otherwise."""
+    arrays, n = _record_arrays(results)
+    order = [r for r, _, _ in results.config.run_ids() if r in arrays]
+    order += [r for r in arrays if r not in order]
+    columns = ["run_id", "score", "label", "p", "realized_pct"] + [
+        f"{m}{s}" for m in ("accuracy", "difference", "agreement", "kl") for s in ("", "_low", "_high")
+    ]
+    if not order:
+        return pd.DataFrame(columns=columns)
+    counts = bootstrap_counts(n, n_resamples, seed)
+    base = arrays.get(BASELINE)
+    rows = []
+    for run_id in order:
+        rec, a = results.records[run_id], arrays[run_id]
+        stats = {"accuracy": a["correct"]}
+        if base is not None:
+            stats["difference"] = a["correct"] - base["correct"]
+        if "agree" in a:
+            stats["agreement"], stats["kl"] = a["agree"], a["kl"]
+        row = {"run_id": run_id, "score": rec["score"], "label": rec.get("label"), "p": rec.get("p"),
+               "realized_pct": rec.get("realized_percent")}
+        means = counts @ np.stack(list(stats.values())).T / n
+        for j, (name, values) in enumerate(stats.items()):
+            ci = percentile_interval(values.mean(), means[:, j])
+            row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def resolution_note(results: SweepResults, tolerance: Real = 1.0) -> str | None:
+    """One line when the baseline's 95 % interval is wider than ``tolerance`` points: the sample
+    cannot resolve that difference, and about how many questions would
+    (:func:`inactive_heads.analysis.questions_to_resolve`)."""
+    rec = results.records.get(BASELINE)
+    if not rec or not rec.get("correct"):
+        return None
+    ci = accuracy_interval(rec["correct"])
+    if ci.width <= float(tolerance):
+        return None
+    need = questions_to_resolve(ci.estimate, tolerance)
+    return (
+        f"with n = {len(rec['correct'])} questions the baseline's 95% interval is {ci.width:.1f} points wide, "
+        f"so this sample cannot resolve {_tol(tolerance)} of accuracy; about {need:,} questions would "
+        "(differences from the baseline are paired and resolve more: see each run's interval)."
+    )
 
 
 def missing_runs(results: SweepResults) -> list[str]:
@@ -95,18 +236,49 @@ def _fmt(value: Real | None, digits: int = 2) -> str:
     return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def _range(low: Real, high: Real, digits: int = 2) -> str:
+    return "—" if low is None or math.isnan(low) else f"{low:.{digits}f} to {high:.{digits}f}"
+
+
 def _tol(tolerance: Real) -> str:
     return f"{tolerance:g} pt"
 
 
-def format_table(results: SweepResults | str | os.PathLike, *, tolerance: Real = 1.0) -> str:
-    """Plain-text summary: the baseline accuracy, then one row per score ranked by normalized AUC
-    (rank, score label, max % zeroed within ``tolerance`` points, normalized AUC, max realized %)."""
+def _ci(value: Real, low: Real, high: Real, digits: int = 1) -> str:
+    if value is None or math.isnan(value):
+        return "—"
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *map(line, rows)]
+
+
+def format_table(
+    results: SweepResults | str | os.PathLike, *, tolerance: Real = 1.0, runs: bool = False
+) -> str:
+    """Plain-text summary: the baseline accuracy with its 95 % interval (and a note when the
+    sample cannot resolve ``tolerance`` points), then one row per score ranked by normalized AUC:
+    max % zeroed within ``tolerance`` points, normalized AUC, max % zeroed with ≥ 99 % answer
+    agreement (each with its 95 % interval) and the max realized %. ``runs=True`` adds one row
+    per run: accuracy, paired difference from the baseline, agreement and KL, with intervals."""
     results = _load(results)
     cfg = results.config
     n = _n_questions(results)
     lines = [f"{cfg.model} on {cfg.task}" + (f" ({n} questions)" if n is not None else "")]
-    if BASELINE in results.records:
+    base = results.records.get(BASELINE)
+    if base and base.get("correct"):
+        ci = accuracy_interval(base["correct"])
+        lines.append(f"baseline accuracy (nothing zeroed): {ci.estimate:.2f}% (95% interval {ci.low:.2f} to {ci.high:.2f})")
+        note = resolution_note(results, tolerance)
+        if note:
+            lines.append(f"note: {note}")
+    elif base:
         lines.append(f"baseline accuracy (nothing zeroed): {results.baseline_percent:.2f}%")
     else:
         lines.append("baseline accuracy (nothing zeroed): not run yet")
@@ -117,18 +289,31 @@ def format_table(results: SweepResults | str | os.PathLike, *, tolerance: Real =
     if frame.empty:
         lines.append("no ablation run has finished yet.")
         return "\n".join(lines)
-    header = ["rank", "score", f"max % zeroed within {_tol(tolerance)}", "normalized AUC", "max realized %"]
+    header = ["rank", "score", f"max % zeroed within {_tol(tolerance)}", "normalized AUC",
+              f"max % zeroed, agreement >= {100 - AGREEMENT_TOLERANCE:g}%", "max realized %"]
     rows = [
-        [str(int(r["rank"])), str(r["label"]), _fmt(r["max_pct_within"]), _fmt(r["normalized_auc"]),
+        [str(int(r["rank"])), str(r["label"]),
+         _ci(r["max_pct_within"], r["max_pct_within_low"], r["max_pct_within_high"]),
+         _ci(r["normalized_auc"], r["auc_low"], r["auc_high"]),
+         _ci(r["max_pct_agree"], r["max_pct_agree_low"], r["max_pct_agree_high"]),
          _fmt(r["max_realized_pct"])]
         for _, r in frame.iterrows()
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    lines += ["", line(header), line(["-" * w for w in widths]), *map(line, rows)]
+    lines += ["", *_text_table(header, rows)]
+    lines.append("[low, high]: 95% paired bootstrap intervals over questions "
+                 f"({DEFAULT_RESAMPLES} resamples); agreement: same chosen answer as with nothing zeroed.")
+    if runs:
+        table = runs_table(results)
+        header = ["run", "score", "% zeroed", "accuracy %", "vs baseline (pt)", "agreement %", "KL (nats)"]
+        rows = [
+            [str(r["run_id"]), str(r["label"]), _fmt(r["realized_pct"]),
+             _ci(r["accuracy"], r["accuracy_low"], r["accuracy_high"]),
+             _ci(r["difference"], r["difference_low"], r["difference_high"]),
+             _ci(r["agreement"], r["agreement_low"], r["agreement_high"]),
+             _ci(r["kl"], r["kl_low"], r["kl_high"], 3)]
+            for _, r in table.iterrows()
+        ]
+        lines += ["", *_text_table(header, rows)]
     return "\n".join(lines)
 
 
@@ -230,7 +415,8 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
     has_baseline = BASELINE in results.records
     if has_baseline:
         parts.append(
-            f'<p class="caption">Baseline accuracy (nothing zeroed): <b>{results.baseline_percent:.2f}%</b>. '
+            f'<p class="caption">Baseline accuracy (nothing zeroed): <b>{results.baseline_percent:.2f}%</b>'
+            f"{_baseline_interval_html(results)}. "
             "For each score, the largest realized % of (sequence, layer, head) triples zeroed while accuracy "
             f"stays within {_e(_tol(tolerance))} (absolute) of the baseline: the last crossing of its "
             "piecewise-linear curve with the line baseline − tolerance, 0 when it never crosses "
@@ -250,15 +436,30 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
             f"{_swatch(r['score'])}{_e(r['label'])}",
             f"<code>{_e(r['score'])}</code>",
             _fmt(r["max_pct_within"]),
+            _e(_range(r["max_pct_within_low"], r["max_pct_within_high"])),
             _fmt(r["normalized_auc"]),
+            _e(_range(r["auc_low"], r["auc_high"])),
             str(int(r["rank"])),
+            _fmt(r["max_pct_agree"]),
+            _e(_range(r["max_pct_agree_low"], r["max_pct_agree_high"])),
             _fmt(r["max_realized_pct"]),
             f"{int(r['points'])} / {n_planned}",
         ])
         classes.append("best" if r["score"] == best and has_baseline else "")
-    header = ["score", "key", f"max % zeroed within {_e(_tol(tolerance))}", "normalized AUC", "AUC rank",
-              "max realized %", "runs"]
-    parts.append(_html_table(header, rows, [False, False, True, True, True, True, True], classes, "max-within"))
+    header = ["score", "key", f"max % zeroed within {_e(_tol(tolerance))}", "95% interval", "normalized AUC",
+              "95% interval", "AUC rank", f"max % zeroed, agreement ≥ {100 - AGREEMENT_TOLERANCE:g}%",
+              "95% interval", "max realized %", "runs"]
+    numeric = [False, False] + [True] * 9
+    parts.append(_html_table(header, rows, numeric, classes, "max-within"))
+    parts.append(
+        '<p class="caption">Intervals: 95% percentile intervals of a paired bootstrap over questions '
+        f"({DEFAULT_RESAMPLES} resamples, the same for every run: each resample recomputes every run's "
+        "accuracy, then each curve, then its statistic). Answer agreement: % of questions whose chosen "
+        "answer (largest log-likelihood) is the one chosen with nothing zeroed; it needs no labels.</p>"
+    )
+    note = resolution_note(results, tolerance)
+    if note:
+        parts.append(f'<div class="note">Sample size: {_e(note[0].upper() + note[1:])}</div>')
     if has_baseline and "awft" in set(frame["score"]) and len(frame) > 1:
         awft = float(frame.loc[frame["score"] == "awft", "max_pct_within"].iloc[0])
         others = frame[frame["score"] != "awft"]
@@ -268,6 +469,37 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
             f"{top['max_pct_within']:.2f}% zeroed within {_e(_tol(tolerance))}, against {awft:.2f}% for AWFT "
             f"(difference {top['max_pct_within'] - awft:+.2f} points).</p>"
         )
+    return "\n".join(parts)
+
+
+def _baseline_interval_html(results: SweepResults) -> str:
+    rec = results.records.get(BASELINE)
+    if not rec or not rec.get("correct"):
+        return ""
+    ci = accuracy_interval(rec["correct"])
+    return f" (95% interval {ci.low:.2f} to {ci.high:.2f}, n = {len(rec['correct'])} questions)"
+
+
+def _runs_html(results: SweepResults) -> str:
+    table = runs_table(results)
+    if table.empty:
+        return ""
+    parts = ['<h2 id="runs">Every run, with 95% intervals</h2>',
+             '<p class="caption">Accuracy; its paired difference from the baseline (the same questions, '
+             "so only the answers the ablation changed move it); answer agreement with the unablated "
+             "model; mean KL(unablated ‖ ablated) between the distributions over the answer choices "
+             "(softmax of the choice log-likelihoods), in nats.</p>"]
+    rows = [
+        [f"<code>{_e(r['run_id'])}</code>", _e(r["label"]), _fmt(r["realized_pct"]),
+         _e(_ci(r["accuracy"], r["accuracy_low"], r["accuracy_high"], 2)),
+         _e(_ci(r["difference"], r["difference_low"], r["difference_high"], 2)),
+         _e(_ci(r["agreement"], r["agreement_low"], r["agreement_high"], 2)),
+         _e(_ci(r["kl"], r["kl_low"], r["kl_high"], 4))]
+        for _, r in table.iterrows()
+    ]
+    header = ["run", "score", "% zeroed", "accuracy % [95%]", "vs baseline, points [95%]",
+              "agreement % [95%]", "KL, nats [95%]"]
+    parts.append(_html_table(header, rows, [False, False] + [True] * 5, table_id="runs-table"))
     return "\n".join(parts)
 
 
@@ -308,8 +540,8 @@ def _threshold_at(thresholds: Thresholds | None, head_scores: HeadScores, key: s
 
 
 def _scores_html(results: SweepResults) -> str:
-    path = results.path / "scores.pt"
-    if not path.is_file():
+    path = results.scores_path
+    if path is None:
         return ""
     parts = ['<h2 id="scores">Recorded head scores (nothing zeroed)</h2>']
     try:
@@ -369,10 +601,19 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
         body.append(
             '<p class="caption">One point per threshold τ<sub>p</sub>; x is the realized % of (sequence, layer, '
             "head) triples zeroed during the ablated run (not the nominal p). Solid lines: layer-normalized "
-            "(LN) scores; dashed: raw; dotted: HN and Random. Click a legend entry to hide it, double-click "
+            "(LN) scores; dashed: raw; dotted: HN and Random; error bars: 95% bootstrap intervals over questions. Click a legend entry to hide it, double-click "
             "to show it alone.</p>"
         )
         body.append(_figure(plots.accuracy_curves(results, tolerance=tolerance), "fig-curves"))
+        if frame["max_pct_agree"].notna().any():
+            body.append('<h2 id="agreement">Answer agreement with the unablated model vs % of heads zeroed</h2>')
+            body.append(
+                '<p class="caption">% of questions whose chosen answer is unchanged by the ablation, with '
+                "95% intervals. It needs no labels and is paired by construction, so it separates score "
+                "functions even where accuracy sits near chance. Dashed line: 99% agreement.</p>"
+            )
+            body.append(_figure(plots.accuracy_curves(results, tolerance=AGREEMENT_TOLERANCE, metric="agreement"),
+                                "fig-agreement"))
         body.append('<h2 id="ranking">Ranking by normalized AUC</h2>')
         body.append(
             '<p class="caption">Area under each accuracy curve divided by its own realized x-span: the mean '
@@ -381,6 +622,7 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
             + "</p>"
         )
         body.append(_figure(plots.auc_ranking(results), "fig-ranking"))
+    body.append(_runs_html(results))
     body.append(_thresholds_html(results))
     best = _best_key(frame)
     if best is not None:
@@ -423,4 +665,6 @@ def write_report(
     return write_text_atomic(out, text)
 
 
-__all__ = ["format_table", "missing_runs", "render_report", "summary_table", "write_report"]
+__all__ = [
+    "format_table", "missing_runs", "render_report", "resolution_note", "runs_table", "summary_table", "write_report",
+]

@@ -33,11 +33,15 @@ def write_synthetic_sweep(
     baseline: float = 50.0,
     with_scores_pt: bool = True,
     skip: Sequence[str] = (),
+    n_questions: int = 400,
 ) -> Path:
     """A sweep folder as ``run_sweep`` writes it, with made-up accuracies.
 
     Score ``i`` loses ``0.05 * (i + 1)`` accuracy points per % zeroed and zeroes ``(i + 1) * p``
     realized % at nominal p (Random: 1 point per % and exactly p); run ids in ``skip`` are left out.
+    Each run answers ``n_questions`` four-choice questions: it gets the first round(acc · n) right
+    (so accuracies are multiples of 1/n), and its log-likelihoods pick the gold answer exactly when
+    it is right, otherwise the choice after it.
     """
     path.mkdir(parents=True, exist_ok=True)
     config = SweepConfig(model="toy-model", task="mmlu", subjects=["anatomy"], limit=20, scores=list(scores),
@@ -61,6 +65,13 @@ def write_synthetic_sweep(
             realized = 100 * q * (1 if key == "random" else i + 1)
             slope = 1.0 if key == "random" else 0.05 * (i + 1)
             acc, tau = baseline - slope * realized, thresholds[key].at(q)
+        n_right = max(0, min(n_questions, round(acc / 100 * n_questions)))
+        correct = [i < n_right for i in range(n_questions)]
+        acc = 100 * n_right / n_questions
+        golds = [i % 4 for i in range(n_questions)]
+        lls = [[-2.0 - 0.1 * c for c in range(4)] for _ in range(n_questions)]
+        for i, (ok, g) in enumerate(zip(correct, golds)):
+            lls[i][g if ok else (g + 1) % 4] = -0.5
         # Uneven per layer, mean equal to the realized fraction.
         weights = [(layer + 1) / (n_layers * (n_layers + 1) / 2) * n_layers for layer in range(n_layers)]
         record = {
@@ -75,9 +86,11 @@ def write_synthetic_sweep(
             "realized_fraction": realized / 100,
             "realized_percent": realized,
             "realized_fraction_per_layer": [realized / 100 * w for w in weights],
-            "n": 20,
-            "n_forward_sequences": 20,
-            "correct": [],
+            "n": n_questions,
+            "n_forward_sequences": n_questions,
+            "correct": correct,
+            "gold": golds,
+            "loglikelihoods": lls,
             "per_subject": {},
             "seconds": 1.0,
             "ablation": None,

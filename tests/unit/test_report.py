@@ -41,7 +41,7 @@ def test_report_header_and_tables(sweep_dir):
     assert "Inactive heads: toy-model on mmlu" in text
     for field in ("model", "task", "subjects", "limit", "questions (n)", "report written", "toolkit version"):
         assert f"<dt>{field}</dt>" in text
-    assert "<dd>anatomy</dd>" in text and "<dd>20</dd>" in text
+    assert "<dd>anatomy</dd>" in text and "<dd>400</dd>" in text
     assert "inactive-heads " in text
     table = text[text.index('id="max-within"'):]
     table = table[: table.index("</table>")]
@@ -80,16 +80,16 @@ def test_report_heatmap_falls_back_to_first_recorded_score(tmp_path):
 
 
 def test_partial_sweep(tmp_path):
-    path = write_synthetic_sweep(tmp_path / "s", skip=["baseline", "awft@p=0.30", "aeqd@p=0.25"])
+    path = write_synthetic_sweep(tmp_path / "s", skip=["baseline", "awft@p=0.3", "aeqd@p=0.25"])
     results = SweepResults.load(path)
-    assert missing_runs(results) == ["baseline", "awft@p=0.30", "aeqd@p=0.25"]
+    assert missing_runs(results) == ["baseline", "awft@p=0.3", "aeqd@p=0.25"]
     frame = summary_table(results)
     assert frame["max_pct_within"].isna().all() and list(frame["rank"]) == [1, 2, 3, 4]
     assert frame.set_index("score").loc["awft", "points"] == 6
 
     text = write_report(path).read_text(encoding="utf-8")
     assert "Partial sweep: 26 of 29 runs finished" in text
-    assert "awft@p=0.30" in text and "No baseline run yet" in text
+    assert "awft@p=0.3" in text and "No baseline run yet" in text
     assert 'id="fig-curves"' in text
 
     table = format_table(results)
@@ -109,16 +109,37 @@ def test_report_of_an_empty_sweep(tmp_path):
 def test_format_table(sweep_dir):
     text = format_table(SweepResults.load(sweep_dir))
     lines = text.splitlines()
-    assert lines[0] == "toy-model on mmlu (20 questions)"
-    assert lines[1] == "baseline accuracy (nothing zeroed): 50.00%"
+    assert lines[0] == "toy-model on mmlu (400 questions)"
+    # 200 of 400 right: scipy's Wilson interval is 45.1 to 54.9; the bootstrap's is close to it.
+    low, high = map(float, re.search(r"50\.00% \(95% interval ([\d.]+) to ([\d.]+)\)", lines[1]).groups())
+    assert low == pytest.approx(45.1, abs=0.4) and high == pytest.approx(54.9, abs=0.4)
+    # n = 400 cannot resolve 1 point; (2 * 1.96)^2 * 0.5 * 0.5 / 0.01^2 = 38,415 questions would.
+    assert "cannot resolve 1 pt" in lines[2] and "about 38,415 questions" in lines[2]
     header = next(line for line in lines if line.startswith("rank"))
     assert "score" in header and "max % zeroed within 1 pt" in header
-    assert "normalized AUC" in header and "max realized %" in header
-    rows = lines[lines.index(header) + 2 :]
+    assert "normalized AUC" in header and "max realized %" in header and "agreement >= 99%" in header
+    rows = lines[lines.index(header) + 2 : lines.index(header) + 6]
     assert [row.split()[0] for row in rows] == ["1", "2", "3", "4"]
     for label in LABELS:
         assert sum(label in row for row in rows) == 1
+    # AHON (LN): the curve touches baseline - 1 = 49 at 20 % zeroed (see write_synthetic_sweep);
+    # AUC: trapezoid of (0,50) ... (30,48.5) by hand = 49.25. The synthetic runs are right
+    # exactly when their answer agrees with the baseline's, so agreement gives the same 20 %.
     ahon = next(row for row in rows if "AHON (LN)" in row)
-    assert ahon.split()[-3:] == ["20.00", "49.25", "30.00"]
+    numbers = re.findall(r"-?\d+\.\d+", ahon)
+    assert numbers[0] == "20.0" and numbers[3] == "49.2" and numbers[6] == "20.0" and numbers[-1] == "30.00"
+    for estimate, low, high in zip(*[iter(map(float, numbers[:9]))] * 3):
+        assert low <= estimate <= high
     assert format_table(sweep_dir) == text  # a path works too
     assert "within 2 pt" in format_table(sweep_dir, tolerance=2)
+
+
+def test_format_table_per_run_rows_with_paired_intervals(sweep_dir):
+    lines = format_table(sweep_dir, runs=True).splitlines()
+    awft = next(line for line in lines if line.lstrip().startswith("awft@p=0.1"))
+    # awft at p = 0.10: 20 % zeroed, 48.0 % right: the first 192 of the baseline's 200 right answers,
+    # so the paired difference is -2.0 with an interval that excludes 0 (8 changed answers of 400,
+    # all the same way), and agreement 98 %.
+    assert "48.0 [" in awft and "-2.0 [" in awft and "98.0 [" in awft
+    high = float(re.search(r"-2\.0 \[(-?[\d.]+), (-?[\d.]+)\]", awft).group(2))
+    assert high < 0
