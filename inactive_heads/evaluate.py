@@ -16,9 +16,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .ablation import AblationSpec, HeadAblation
-from .hooks import make_batches, model_device
+from .hooks import HeadHookRunner, make_batches, model_device
 from .models import model_info
-from .recording import toolkit_version
+from .recording import ScoreRecorder, scores_metadata, toolkit_version
+from .scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
 
 
@@ -37,10 +38,37 @@ class EvalPlan:
     targets: list[list[tuple[int, int, int, tuple[int, ...]]]]
     config: dict[str, Any]
     n_truncated: int = 0
+    # A part of a larger plan (see :meth:`subset`): the global ids of its inputs and requests.
+    sequence_ids: list[int] | None = None
+    request_ids: list[int] | None = None
 
     @property
     def n_requests(self) -> int:
         return len(self.requests)
+
+    def global_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """Sequence ids of ``inputs[indices]`` in the whole plan (the ids Random draws are seeded by)."""
+        if self.sequence_ids is None:
+            return indices
+        return torch.tensor([self.sequence_ids[i] for i in indices.tolist()], dtype=torch.long)
+
+    def subset(self, input_indices: Sequence[int]) -> "EvalPlan":
+        """The plan restricted to some inputs (a shard), keeping their global sequence and request
+        ids; requests are those the inputs score (a request may be split across shards)."""
+        requests, request_ids, where = [], [], {}
+        targets = []
+        for i in input_indices:
+            mine = []
+            for r, c, first, cont in self.targets[i]:
+                if r not in where:
+                    where[r] = len(requests)
+                    requests.append(self.requests[r])
+                    request_ids.append(r if self.request_ids is None else self.request_ids[r])
+                mine.append((where[r], c, first, cont))
+            targets.append(mine)
+        ids = [i if self.sequence_ids is None else self.sequence_ids[i] for i in input_indices]
+        return EvalPlan(self.task, requests, [self.inputs[i] for i in input_indices], targets, dict(self.config),
+                        n_truncated=0, sequence_ids=ids, request_ids=request_ids)
 
 
 def plan_evaluation(
@@ -130,6 +158,8 @@ class EvalResult:
     n_truncated: int = 0  # questions left-truncated to the model context (as lm-eval 0.4.5 does)
     config: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # HeadScores recorded in this pass (``evaluate(..., record=[...])``); not part of to_dict().
+    head_scores: Any = field(default=None, repr=False, compare=False)
 
     @property
     def accuracy_percent(self) -> float:
@@ -140,7 +170,9 @@ class EvalResult:
         return self.n / self.seconds if self.seconds > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("head_scores")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
@@ -191,6 +223,8 @@ def evaluate(
     batch_size: int = 8,
     progress: bool = True,
     source: str | None = None,
+    record: Sequence[str] | None = None,
+    record_description: str | None = None,
 ) -> EvalResult:
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
@@ -203,7 +237,8 @@ def evaluate(
     :func:`plan_evaluation`, to tokenize once for many runs). ``apply_chat_template=None`` follows
     the paper: on for chat/instruct models. ``limit`` = first N questions (of each MMLU subject).
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
-    tokens, so results do not depend on ``batch_size``.
+    tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
+    same pass (``result.head_scores``, as :func:`record_scores` would on ``plan.inputs``).
     """
     if isinstance(task, EvalPlan):
         plan = task
@@ -225,15 +260,23 @@ def evaluate(
                unit="seq", disable=not progress, leave=False)
     start = time.perf_counter()
     hooks = []
-    runner = None
+    runners = []
     if abl is not None:
         abl.reset(model)
-        runner = abl.runner(model)
-        hooks = runner.fwd_hooks()
+        runners.append(abl.runner(model))
+    recorder = None
+    if record:
+        if abl is not None:
+            raise ValueError("record= records scores of the unablated model; pass it without ablation")
+        recorder = ScoreRecorder(resolve_scores(list(record)), len(plan.inputs), info.n_layers, info.n_heads,
+                                 sequence_ids=plan.sequence_ids)
+        runners.append(HeadHookRunner(model, recorder.on_layer, reads=recorder.reads))
+    for runner in runners:
+        hooks += runner.fwd_hooks()
     with model.hooks(fwd_hooks=hooks), torch.inference_mode():
         for batch in make_batches(plan.inputs, batch_size, device=device):
-            if runner is not None:
-                runner.set_batch(batch.valid, batch.indices)
+            for runner in runners:
+                runner.set_batch(batch.valid, plan.global_ids(batch.indices))
             rows, positions, owners = [], [], []
             for row, i in enumerate(batch.indices.tolist()):
                 for r, c, first, cont in plan.targets[i]:
@@ -256,7 +299,27 @@ def evaluate(
             bar.update(len(batch.indices))
     bar.close()
     seconds = time.perf_counter() - start
+    result = summarize(plan, lls, stats=abl.stats if abl is not None else None)
+    result.seconds = round(seconds, 3)
+    result.config = {
+        **plan.config,
+        "batch_size": batch_size,
+        "ablation": abl.spec.to_dict() if abl is not None else None,
+        "dtype": info.dtype,
+        "backend": info.backend,
+        "toolkit_version": toolkit_version(),
+    }
+    if recorder is not None:
+        result.head_scores = recorder.result(scores_metadata(
+            model, [f.key for f in recorder.functions], plan.inputs, description=record_description,
+            batch_size=batch_size, seed=0, seconds=seconds))
+    return result
 
+
+def summarize(plan: EvalPlan, loglikelihoods: list[list[float]], *, stats=None) -> EvalResult:
+    """Accuracy, per-question outcomes and realized zeroing from each request's choice
+    log-likelihoods (and the ablation's :class:`AblationStats`, if any)."""
+    lls = loglikelihoods
     golds = [req.gold for req in plan.requests]
     correct = [max(range(len(ll)), key=ll.__getitem__) == g for ll, g in zip(lls, golds)]
     result = EvalResult(
@@ -267,7 +330,6 @@ def evaluate(
         loglikelihoods=lls,
         n_forward_sequences=len(plan.inputs),
         n_truncated=plan.n_truncated,
-        seconds=round(seconds, 3),
     )
     if plan.task == "piqa":
         # lm-eval's acc_norm divides by the answer's length in characters (without the delimiter).
@@ -283,15 +345,7 @@ def evaluate(
         if req.subject is not None:
             subjects_seen.setdefault(req.subject, []).append(ok)
     result.per_subject = {s: {"accuracy": sum(v) / len(v), "n": len(v)} for s, v in subjects_seen.items()}
-    if abl is not None:
-        result.realized_fraction = abl.stats.realized_fraction
-        result.realized_fraction_per_layer = abl.stats.realized_fraction_per_layer
-    result.config = {
-        **plan.config,
-        "batch_size": batch_size,
-        "ablation": abl.spec.to_dict() if abl is not None else None,
-        "dtype": info.dtype,
-        "backend": info.backend,
-        "toolkit_version": toolkit_version(),
-    }
+    if stats is not None:
+        result.realized_fraction = stats.realized_fraction
+        result.realized_fraction_per_layer = stats.realized_fraction_per_layer
     return result
