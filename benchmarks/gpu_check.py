@@ -1,0 +1,214 @@
+"""Acceptance check for a new machine (GPU or CPU): does the toolkit run here, how fast, in how much memory.
+
+One command, any device::
+
+    python benchmarks/gpu_check.py --model Qwen/Qwen2.5-7B --device cuda --dtype bfloat16
+    python benchmarks/gpu_check.py --model /path/to/hf_dir --device cuda:1
+    python benchmarks/gpu_check.py --model smollm2-135m --device cpu --n 8 --eval-n 4   # small, CPU
+
+What it does, in the requested dtype (``auto``: the config's dtype on a GPU, float32 on the CPU):
+
+1. loads the model (built-in alias, local Hugging Face directory or hub name);
+2. records the scores ``ahon_ln`` and ``awft`` on ``--n`` MMLU 5-shot prompts (the evaluator's own
+   inputs) and reports tokens/s of that pass;
+3. evaluates ``--eval-n`` of those questions plainly and with the paper's dynamic ablation
+   (AHON (LN) at the p = 10 % threshold calibrated on step 2's scores);
+4. reports peak memory: ``torch.cuda.max_memory_allocated`` on CUDA, peak RSS on the CPU (a
+   process-wide high-water mark: it includes the loaded weights).
+
+Then, unless ``--no-agreement``, it repeats 1–3 in the other precision (float32 if the first was
+not float32, else bfloat16) and reports bf16-vs-fp32 agreement of the p = 10 % flags of AHON (LN)
+and AWFT over all (prompt, layer, head) triples: the fraction of equal flags and the IoU of the
+flagged sets (each precision calibrates its own τ, as a user of that precision would), plus both
+accuracies. Accuracy on n questions carries a binomial standard error, printed with it.
+
+The last line printed is one JSON object.
+"""
+
+import argparse
+import gc
+import json
+import math
+import resource
+import sys
+import time
+
+P = 0.10
+AGREEMENT_SCORES = ("ahon_ln", "awft")
+
+
+def flag_agreement(a, b, key: str, p: float = P) -> dict:
+    """Agreement of the flags at quantile ``p`` between two recordings of one score.
+
+    ``a`` and ``b`` are ``[sequence, layer, head]`` tensors of the same score; each is thresholded
+    at its own τ (the p-quantile of its pooled values, in the score's direction).
+    """
+    from inactive_heads.calibration import calibrate
+    from inactive_heads.scores import get_score
+
+    if a.shape != b.shape:
+        raise ValueError(f"score tensors differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
+    score = get_score(key)
+    flags = []
+    for t in (a, b):
+        tau = calibrate(t, key, [p]).at(p)
+        flags.append(score.is_inactive(t, tau))
+    fa, fb = flags
+    union = (fa | fb).sum().item()
+    return {
+        "agreement": round((fa == fb).float().mean().item(), 5),
+        "iou": round((fa & fb).sum().item() / union, 5) if union else 1.0,
+        "flagged_a": int(fa.sum()),
+        "flagged_b": int(fb.sum()),
+        "n_triples": fa.numel(),
+    }
+
+
+def _peak_memory_mb(device: str) -> tuple[float, str]:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20, "torch.cuda.max_memory_allocated"
+    if device == "mps" and hasattr(torch, "mps"):
+        return torch.mps.driver_allocated_memory() / 2**20, "torch.mps.driver_allocated_memory"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak RSS (process)"
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _stderr(acc: float, n: int) -> float:
+    return math.sqrt(acc * (1 - acc) / n) if n else float("nan")
+
+
+def _first_questions(plan, n: int):
+    """The plan restricted to its first ``n`` MMLU questions (one forward input each)."""
+    if hasattr(plan, "subset"):
+        return plan.subset(list(range(n)))
+    from dataclasses import replace
+
+    return replace(plan, requests=plan.requests[:n], inputs=plan.inputs[:n], targets=plan.targets[:n])
+
+
+def run_one(args, dtype) -> dict:
+    """Load in ``dtype``, record, evaluate plain and ablated; return figures and the scores."""
+    import torch
+
+    import inactive_heads as ih
+    from inactive_heads.calibration import calibrate
+    from inactive_heads.evaluate import evaluate, plan_evaluation
+
+    if str(args.device or "").startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    model = ih.load_model(args.model, backend=args.backend, dtype=dtype, device=args.device,
+                          n_ctx=args.n_ctx, progress=False)
+    load_s = time.perf_counter() - start
+    info = ih.model_info(model)
+    device = str(ih.hooks.model_device(model))
+    plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=args.num_fewshot)
+    if len(plan.requests) < args.n:
+        raise SystemExit(f"only {len(plan.requests)} MMLU questions in --subjects/--limit; lower --n")
+    inputs = plan.inputs[: args.n]  # MMLU: one forward input per question, in question order
+    _sync(device)
+    start = time.perf_counter()
+    hs = ih.record_scores(model, inputs, list(AGREEMENT_SCORES), batch_size=args.batch_size, progress=False)
+    _sync(device)
+    record_s = time.perf_counter() - start
+    n_tokens = sum(len(x) for x in inputs)
+
+    eval_plan = _first_questions(plan, args.eval_n)
+    plain = evaluate(model, eval_plan, batch_size=args.batch_size, progress=False)
+    tau = calibrate(hs["ahon_ln"], "ahon_ln", [P]).at(P)
+    _sync(device)
+    start = time.perf_counter()
+    ablated = evaluate(model, eval_plan, ablation=ih.DynamicAblation("ahon_ln", tau),
+                       batch_size=args.batch_size, progress=False)
+    _sync(device)
+    eval_s = time.perf_counter() - start
+    peak, peak_kind = _peak_memory_mb(device)
+    out = {
+        "dtype": info.dtype,
+        "device": device,
+        "backend": info.backend,
+        "load_s": round(load_s, 2),
+        "n_prompts": len(inputs),
+        "n_tokens": n_tokens,
+        "record_tokens_per_s": round(n_tokens / record_s, 1),
+        "ablated_eval_tokens_per_s": round(sum(len(x) for x in eval_plan.inputs) / eval_s, 1),
+        "peak_memory_mb": round(peak, 1),
+        "peak_memory_kind": peak_kind,
+        "eval_n": plain.n,
+        "accuracy": round(plain.accuracy, 4),
+        "accuracy_stderr": round(_stderr(plain.accuracy, plain.n), 4),
+        "ablation": f"ahon_ln < {tau:.6g} (p = {P:g})",
+        "accuracy_ablated": round(ablated.accuracy, 4),
+        "realized_fraction": round(ablated.realized_fraction, 5),
+    }
+    del model
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return {"figures": out, "scores": {k: hs[k] for k in AGREEMENT_SCORES}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="built-in alias, local HF directory or hub name")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N, mps (default: first GPU, else cpu)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--backend", default="auto", choices=("auto", "hooked", "bridge"))
+    parser.add_argument("--n-ctx", type=int, default=None)
+    parser.add_argument("--n", type=int, default=64, help="MMLU prompts to record scores on (default 64)")
+    parser.add_argument("--eval-n", type=int, default=40, help="questions to evaluate (default 40; ≤ --n)")
+    parser.add_argument("--subjects", nargs="+", default=["anatomy", "astronomy", "marketing", "management"])
+    parser.add_argument("--limit", type=int, default=16, help="questions per subject")
+    parser.add_argument("--num-fewshot", type=int, default=None, help="default 5 (lm-eval's MMLU)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--no-agreement", action="store_true", help="skip the second precision")
+    args = parser.parse_args(argv)
+    if not 1 <= args.eval_n <= args.n:
+        parser.error(f"--eval-n must be between 1 and --n ({args.n}), got {args.eval_n}")
+
+    import torch
+
+    from inactive_heads.devices import check_device_dtype
+
+    try:
+        args.device, first = check_device_dtype(args.device, args.dtype)  # before any weight is read
+    except ValueError as exc:
+        parser.exit(2, f"gpu_check: error: {exc}\n")
+    print(f"gpu_check: {args.model} on {args.device}, {str(first).removeprefix('torch.')}", file=sys.stderr)
+    primary = run_one(args, first)
+    summary = {"model": args.model, **primary["figures"], "p": P}
+    if not args.no_agreement:
+        other = torch.float32 if first != torch.float32 else torch.bfloat16
+        try:
+            check_device_dtype(args.device, other)
+        except ValueError as exc:
+            summary["agreement_skipped"] = str(exc)
+        else:
+            second = run_one(args, other)
+            by_dtype = {first: primary, other: second}
+            bf = by_dtype.get(torch.bfloat16)
+            fp = by_dtype.get(torch.float32)
+            if bf is None or fp is None:  # float16 first: compare it with float32 instead
+                bf, fp = primary, second
+            summary["compared"] = f"{bf['figures']['dtype']} vs {fp['figures']['dtype']}"
+            summary["flag_agreement"] = {k: flag_agreement(bf["scores"][k], fp["scores"][k], k) for k in AGREEMENT_SCORES}
+            for name, run in (("low", bf), ("fp32", fp)):
+                f = run["figures"]
+                summary[f"accuracy_{name}"] = f["accuracy"]
+                summary[f"accuracy_ablated_{name}"] = f["accuracy_ablated"]
+                summary[f"realized_fraction_{name}"] = f["realized_fraction"]
+            summary["second_run"] = second["figures"]
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

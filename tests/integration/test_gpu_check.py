@@ -1,0 +1,65 @@
+"""benchmarks/gpu_check.py runs end to end on the CPU (tiny sizes) and its agreement figure is right."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("key, swap", [("ahon_ln", (5, 50)), ("awft", (95, 40))])
+def test_flag_agreement_counts_by_hand(key, swap):
+    # Same 100 values in both, two of them swapped across the flag boundary: the p=10% thresholds
+    # are equal, exactly the two swapped triples disagree, and the flagged sets share k-1 of k.
+    a = torch.arange(100.0).reshape(100, 1, 1)
+    b = a.clone()
+    i, j = swap
+    b[i], b[j] = a[j], a[i]
+    got = _module().flag_agreement(a, b, key, 0.10)
+    k = got["flagged_a"]
+    assert 5 < k < 50 and got["flagged_b"] == k
+    assert got["agreement"] == pytest.approx(98 / 100)
+    assert got["iou"] == pytest.approx((k - 1) / (k + 1), abs=1e-5)
+    assert got["n_triples"] == 100
+
+
+def test_gpu_check_runs_on_cpu_and_prints_one_json_line():
+    cmd = [sys.executable, str(SCRIPT), "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32",
+           "--n", "4", "--eval-n", "2", "--batch-size", "4", "--subjects", "anatomy", "--limit", "4",
+           "--num-fewshot", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (summary["device"], summary["dtype"], summary["compared"]) == ("cpu", "float32", "bfloat16 vs float32")
+    assert summary["n_prompts"] == 4 and summary["eval_n"] == 2
+    assert summary["record_tokens_per_s"] > 0 and summary["peak_memory_mb"] > 100
+    for key in ("ahon_ln", "awft"):
+        agreement = summary["flag_agreement"][key]
+        assert agreement["n_triples"] == 4 * 30 * 9  # SmolLM2: 30 layers x 9 heads
+        assert 0 < agreement["flagged_a"] < agreement["n_triples"] / 4  # about 10 % flagged
+        assert 0.5 <= agreement["agreement"] <= 1.0
+    assert 0 < summary["realized_fraction"] < 0.5
+
+
+def test_gpu_check_refuses_a_missing_device_in_one_line():
+    cmd = [sys.executable, str(SCRIPT), "--device", "cuda:7", "--n", "2", "--eval-n", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "cuda:7" in last and ("not available" in last or "does not exist" in last)
