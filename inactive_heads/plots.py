@@ -441,10 +441,7 @@ def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real]) -> go.F
         raise ValueError("iou_heatmap needs thresholds for at least one score")
     masks = {k: flagged_mask(head_scores, k, float(thresholds[k])) for k in keys}
     n = len(keys)
-    z = np.ones((n, n))
-    for i in range(n):
-        for j in range(i + 1, n):
-            z[i, j] = z[j, i] = iou(masks[keys[i]], masks[keys[j]])
+    z = np.array([[iou(masks[a], masks[b]) for b in keys] for a in keys])
     labels = [score_label(k) for k in keys]
     pct = {k: 100 * float(masks[k].double().mean()) for k in keys}
     hover = [

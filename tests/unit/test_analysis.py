@@ -81,9 +81,12 @@ def test_notebook_curve_llama_3b_ahon_ln():
         (20.43653271155055, 39.531405782652044),
     ]
     base = 56.202820111095285
-    x1, y1, x2, y2 = 7.967133428469497, 55.28414755732801, 9.781760188913239, 53.56786782509614
-    expected = x1 + (base - 1 - y1) * (x2 - x1) / (y2 - y1)
-    assert max_fraction_within(pts, base) == pytest.approx(expected)
+    # The line 55.2028 is crossed (for the last time) between the 3rd and 4th points; numpy's
+    # linear interpolation of x over that falling segment (ys reversed to be increasing) gives
+    # the expected x independently of the code under test.
+    (x1, y1), (x2, y2) = pts[2], pts[3]
+    expected = float(np.interp(base - 1, [y2, y1], [x2, x1]))
+    assert max_fraction_within(pts, base) == pytest.approx(expected, rel=1e-12)
     assert 8.0 < expected < 8.1
 
 
@@ -170,8 +173,9 @@ def test_auc_tables_spearman_topk():
     rho = spearman_between_models(auc)
     assert rho.loc["m1", "m2"] == pytest.approx(1.0)
     assert rho.loc["m1", "m3"] == pytest.approx(-1.0)
-    assert rho.loc["m3", "m1"] == rho.loc["m1", "m3"]
-    assert rho.loc["m2", "m2"] == pytest.approx(1.0)
+    # Not just ±1: ranks (1, 3, 2, 4) vs (1, 2, 3, 4): 1 - 6 * (0 + 1 + 1 + 0) / (4 * 15) = 0.8.
+    rho4 = spearman_between_models({**auc, "m4": {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}})
+    assert rho4.loc["m4", "m1"] == pytest.approx(0.8) and rho4.loc["m3", "m4"] == pytest.approx(-0.8)
     assert np.isnan(spearman_between_models({"x": {"a": 1.0, "b": 2.0}, "y": {"a": 2.0, "b": 1.0}}).loc["x", "y"])
     assert top_k(auc["m1"], 2) == ["d", "c"]
     ious = topk_iou(auc, k=2)
@@ -241,8 +245,6 @@ def test_wasserstein_matrix():
     }
     m = wasserstein_matrix(named, "awft")
     assert list(m.index) == ["x", "y", "z"]
-    assert np.allclose(m.to_numpy(), m.to_numpy().T)
-    assert np.allclose(np.diag(m.to_numpy()), 0.0)
     assert m.loc["x", "y"] == pytest.approx(1.0)
     assert m.loc["x", "z"] == pytest.approx(3.0)
     assert m.loc["z", "y"] == pytest.approx(2.0)
