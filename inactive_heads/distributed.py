@@ -1,0 +1,311 @@
+"""Sweeps on Ray: the same records as the local executor, from actors that each keep one model.
+
+``run_sweep(config, out, executor="ray")`` lands here. Ray starts embedded on this machine, or
+joins a running cluster (``address="auto"`` or ``"ray://host:port"``). Each worker is a Ray actor
+that loads the model and tokenizes the task once, then evaluates shards on request.
+
+Shards are contiguous blocks of whole batches in the evaluator's own batch order (inputs sorted
+longest first, as :func:`inactive_heads.hooks.make_batches` does), so every forward pass sees the
+very batch the local executor would give it: log-likelihoods, scores and dynamic decisions are
+equal to the last bit. Sequence ids stay global (Random draws are seeded by them).
+
+Step 1: the baseline pass, one task per shard, also records the calibration scores; the driver
+pools them in input order and calibrates exactly as the local executor does. Step 2: every
+(run, shard) is a task. Each finished task is written atomically to
+``shards/<run id>/<shard>.json``; when a run's shards are all in, a worker assembles the run record
+(``runs/<run id>.json``) with the evaluator's own summary step. A worker that dies is restarted and
+its task re-run (Ray's ``max_restarts``/``max_task_retries``); a driver that is interrupted resumes
+from the shard files, never re-running a finished shard or rewriting a finished record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .io import write_json_atomic
+from .sweep import (
+    BASELINE,
+    SCORES_FILE,
+    FolderLock,
+    SweepConfig,
+    SweepResults,
+    ablation_for,
+    find_scores_file,
+    load_model_for,
+    make_record,
+    pending_runs,
+    plan_for,
+    prepare_folder,
+    record_path,
+    scores_description,
+    write_reused_runs,
+    write_thresholds,
+)
+
+MAX_RESTARTS = 3
+
+
+def shard_layout(plan, batch_size: int, n_shards: int) -> list[list[int]]:
+    """Input indices of each shard: contiguous runs of whole batches in the evaluator's batch order."""
+    from .hooks import make_batches
+
+    batches = [b.indices.tolist() for b in make_batches(plan.inputs, batch_size)]
+    n_shards = max(1, min(n_shards, len(batches)))
+    per = math.ceil(len(batches) / n_shards)
+    return [sum(batches[k:k + per], []) for k in range(0, len(batches), per)]
+
+
+class Worker:
+    """One model, loaded once; evaluates shards of the sweep's plan (wrapped by ``ray.remote``)."""
+
+    def __init__(self, config: dict[str, Any], threads: int, crash_once: tuple | None = None):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.config = SweepConfig.from_dict(config)
+        self.model = load_model_for(self.config, progress=False)
+        self.plan = plan_for(self.config, self.model)
+        self.crash_once = crash_once  # (run id, shard, marker file): a test hook for fault handling
+
+    def layout(self, n_shards: int) -> list[list[int]]:
+        return shard_layout(self.plan, self.config.batch_size, n_shards)
+
+    def run_shard(self, rid: str, shard: int, indices: list[int], spec: dict | None,
+                  record: list[str] | None) -> dict[str, Any]:
+        from .evaluate import evaluate
+
+        if self.crash_once and (rid, shard) == tuple(self.crash_once[:2]) and not os.path.exists(self.crash_once[2]):
+            Path(self.crash_once[2]).write_text(str(os.getpid()))
+            os._exit(1)  # the process dies mid-task, as a lost machine would
+        sub = self.plan.subset(indices)
+        ablation = None if spec is None else _build(spec)
+        result = evaluate(self.model, sub, ablation=ablation, batch_size=self.config.batch_size, progress=False,
+                          record=record or None)
+        lls = [[sub.request_ids[r], c, result.loglikelihoods[r][c]]
+               for targets in sub.targets for r, c, _, _ in targets]
+        out = {
+            "run_id": rid, "shard": shard, "inputs": indices, "loglikelihoods": lls,
+            "n_sequences": len(indices), "seconds": result.seconds,
+            "flagged_per_layer": ablation.stats.flagged_per_layer.tolist() if ablation is not None else None,
+        }
+        if result.head_scores is not None:
+            out["scores"] = {k: v.clone() for k, v in result.head_scores.scores.items()}
+        return out
+
+    def assemble(self, rid: str, key: str | None, q: float | None, tau: float | None,
+                 shards: list[dict[str, Any]]) -> dict[str, Any]:
+        """The run record from its shards, through the evaluator's own summary step."""
+        import torch
+
+        from .ablation import AblationStats
+        from .evaluate import summarize
+        from .models import model_info
+
+        lls = [[0.0] * len(req.choices) for req in self.plan.requests]
+        for part in shards:
+            for r, c, ll in part["loglikelihoods"]:
+                lls[r][c] = ll
+        stats = None
+        if key is not None:
+            info = model_info(self.model)
+            flagged = torch.tensor([p["flagged_per_layer"] for p in shards], dtype=torch.long).sum(dim=0)
+            stats = AblationStats(info.n_layers, info.n_heads, n_sequences=sum(p["n_sequences"] for p in shards),
+                                  flagged_per_layer=flagged)
+        result = summarize(self.plan, lls, stats=stats)
+        result.seconds = round(sum(p["seconds"] for p in shards), 3)
+        return make_record(self.config, rid, key, q, tau, result, self.plan, self.model)
+
+    def pooled_scores(self, shards: list[dict[str, Any]], seconds: float):
+        """The shards' recorded scores in input order, with the metadata record_scores gives."""
+        import torch
+
+        from .recording import HeadScores, scores_metadata
+
+        order = torch.tensor(sum((p["inputs"] for p in shards), []), dtype=torch.long)
+        scores = {}
+        for key in shards[0]["scores"]:
+            stacked = torch.cat([p["scores"][key] for p in shards])
+            full = torch.empty_like(stacked)
+            full[order] = stacked
+            scores[key] = full
+        meta = scores_metadata(self.model, list(scores), self.plan.inputs,
+                               description=scores_description(self.config, self.plan),
+                               batch_size=self.config.batch_size, seed=0, seconds=seconds)
+        return HeadScores(scores, meta)
+
+
+def _build(spec: dict[str, Any]):
+    from .ablation import AblationSpec
+
+    return AblationSpec.from_dict(spec).build()
+
+
+# ----------------------------------------------------------------------------------------------
+# The driver
+
+
+def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
+                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
+                  shards: int | None = None, progress: bool = True, _crash_once: tuple | None = None) -> SweepResults:
+    """The Ray executor behind ``run_sweep(..., executor="ray")``."""
+    import ray
+
+    threads = threads_per_worker or 1
+    if threads < 1 or (workers is not None and workers < 1) or (gpus_per_worker is not None and gpus_per_worker < 0):
+        raise ValueError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
+                         f"workers={workers}, threads_per_worker={threads_per_worker}, gpus_per_worker={gpus_per_worker}")
+    with FolderLock(out):
+        prepare_folder(config, out)
+        started = _connect(ray, address, workers, threads)
+        pool = []
+        try:
+            pool = _start_workers(ray, config, workers, threads, gpus_per_worker, _crash_once)
+            layout = _layout(ray, out, pool, shards or 2 * len(pool))
+            head_scores = _baseline(ray, config, out, pool, layout, progress)
+            thresholds = write_thresholds(config, out, head_scores)
+            write_reused_runs(config, out, thresholds)
+            _runs(ray, config, out, pool, layout, thresholds, progress)
+        finally:
+            for actor in pool:
+                ray.kill(actor)
+            if started:
+                ray.shutdown()
+        results = SweepResults.load(out)
+        results.write_tables()
+    return results
+
+
+def _connect(ray, address: str | None, workers: int | None, threads: int) -> bool:
+    """Join ``address`` or start Ray here; True when this call started it (and must stop it)."""
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(num_cpus=(workers or 1) * threads, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    return True
+
+
+def _start_workers(ray, config, workers, threads, gpus, crash_once) -> list:
+    if workers is None:
+        resources = ray.cluster_resources()
+        workers = int(resources.get("GPU", 0) // gpus) if gpus else int(resources.get("CPU", 1) // threads)
+        workers = max(1, workers)
+    remote = ray.remote(Worker).options(num_cpus=threads, num_gpus=gpus or 0, max_restarts=MAX_RESTARTS,
+                                        max_task_retries=MAX_RESTARTS)
+    return [remote.remote(config.to_dict(), threads, crash_once) for _ in range(workers)]
+
+
+def _layout(ray, out: Path, pool, n_shards: int) -> list[list[int]]:
+    """The shard layout, fixed at the folder's first Ray run (``shards/layout.json``)."""
+    path = out / "shards" / "layout.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    layout = ray.get(pool[0].layout.remote(n_shards))
+    write_json_atomic(path, layout)
+    return layout
+
+
+def shard_path(out: Path, rid: str, shard: int) -> Path:
+    return out / "shards" / rid / f"{shard}.json"
+
+
+def _read_shard(out: Path, rid: str, shard: int) -> dict[str, Any]:
+    import torch
+
+    part = json.loads(shard_path(out, rid, shard).read_text())
+    scores_file = shard_path(out, rid, shard).with_suffix(".safetensors")
+    if scores_file.is_file():
+        from .recording import HeadScores
+
+        part["scores"] = {k: torch.as_tensor(v) for k, v in HeadScores.load(scores_file).scores.items()}
+    return part
+
+
+def _write_shard(out: Path, part: dict[str, Any]) -> None:
+    """Scores first, then the JSON: a shard counts as done once its JSON exists."""
+    path = shard_path(out, part["run_id"], part["shard"])
+    if "scores" in part:
+        from .recording import HeadScores
+
+        HeadScores(part["scores"], {"shard": part["shard"]}).save(path.with_suffix(".safetensors"))
+    write_json_atomic(path, {k: v for k, v in part.items() if k != "scores"})
+
+
+def _baseline(ray, config: SweepConfig, out: Path, pool, layout, progress: bool):
+    """Step 1: the unablated pass per shard (recording the scores), pooled by the driver."""
+    from .recording import HeadScores
+
+    scores_file = find_scores_file(out)
+    need_scores = config.records_scores and scores_file is None
+    need_record = not record_path(out, BASELINE).is_file()
+    if not (need_scores or need_record):
+        return HeadScores.load(scores_file) if config.records_scores else None
+    record = tuple(config.scores) if need_scores else None
+    tasks = [(BASELINE, None, None, None, k, record) for k in range(len(layout))]
+    parts = _execute(ray, config, out, pool, layout, tasks, {BASELINE: (None, None, None)}, progress, "baseline shards")
+    head_scores = None
+    if need_scores:
+        head_scores = ray.get(pool[0].pooled_scores.remote(parts[BASELINE], sum(p["seconds"] for p in parts[BASELINE])))
+        head_scores.save(out / SCORES_FILE)
+    elif config.records_scores:
+        head_scores = HeadScores.load(scores_file)
+    return head_scores
+
+
+def _runs(ray, config: SweepConfig, out: Path, pool, layout, thresholds, progress: bool) -> None:
+    """Step 2: every (run, shard) of the runs still to do."""
+    todo = pending_runs(config, out)
+    runs = {rid: (key, q, thresholds[key].at(q)) for rid, key, q in todo}
+    tasks = [(rid, key, q, tau, k, None) for rid, (key, q, tau) in runs.items() for k in range(len(layout))]
+    _execute(ray, config, out, pool, layout, tasks, runs, progress, "sweep shards")
+
+
+def _execute(ray, config: SweepConfig, out: Path, pool, layout, tasks, runs, progress: bool, desc: str) -> dict[str, list]:
+    """Run the tasks whose shard file is missing on idle workers; write each result as it
+    arrives; assemble (and write) each run's record once all its shards are in."""
+    done = {t for t in tasks if shard_path(out, t[0], t[4]).is_file()}
+    queue = [t for t in tasks if t not in done]
+    parts: dict[str, dict[int, dict]] = {rid: {} for rid in runs}
+    for t in done:
+        parts[t[0]][t[4]] = _read_shard(out, t[0], t[4])
+    bar = tqdm(total=len(tasks), initial=len(done), desc=desc, unit="shard", disable=not progress)
+    idle, running = list(pool), {}
+    for rid in runs:
+        _assemble_if_complete(ray, out, rid, runs[rid], parts[rid], len(layout), idle[0])
+    while queue or running:
+        while queue and idle:
+            t = queue.pop(0)
+            actor = idle.pop(0)
+            spec = ablation_for(config, t[1], t[3])
+            spec = spec.to_dict() if spec is not None else None
+            running[actor.run_shard.remote(t[0], t[4], layout[t[4]], spec, list(t[5] or []))] = actor
+        ready, _ = ray.wait(list(running), num_returns=1)
+        actor = running.pop(ready[0])
+        part = ray.get(ready[0])
+        _write_shard(out, part)
+        parts[part["run_id"]][part["shard"]] = part
+        bar.update(1)
+        _assemble_if_complete(ray, out, part["run_id"], runs[part["run_id"]], parts[part["run_id"]],
+                              len(layout), actor)
+        idle.append(actor)
+    bar.close()
+    return {rid: [parts[rid][k] for k in sorted(parts[rid])] for rid in runs}
+
+
+def _assemble_if_complete(ray, out: Path, rid: str, run, parts: dict[int, dict], n_shards: int, actor) -> None:
+    if len(parts) < n_shards or record_path(out, rid).is_file():
+        return
+    key, q, tau = run
+    record = ray.get(actor.assemble.remote(rid, key, q, tau, [parts[k] for k in range(n_shards)]))
+    write_json_atomic(record_path(out, rid), record)
+
+
+__all__ = ["Worker", "run_sweep_ray", "shard_layout"]

@@ -1,0 +1,94 @@
+"""The Ray executor on real SmolLM2 + MMLU (tiny): records identical to the local executor's,
+a worker killed mid-task is replaced, an interrupted driver resumes at shard granularity.
+
+One embedded Ray instance (2 CPUs) is shared by the module; Ray's start-up dominates the cost."""
+
+import json
+
+import pytest
+import torch
+
+from inactive_heads import distributed
+from inactive_heads.sweep import VOLATILE_FIELDS, SweepConfig, run_sweep
+
+ray = pytest.importorskip("ray")
+
+
+def tiny_config(**overrides):
+    base = dict(model="smollm2-135m", task="mmlu", subjects=["abstract_algebra", "anatomy"], limit=3, num_fewshot=0,
+                scores=["ahon_ln"], quantiles=[0.0, 0.3], batch_size=2)
+    base.update(overrides)
+    return SweepConfig(**base)
+
+
+def stable(records):
+    return {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in records.items()}
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local(smollm2_hooked, tmp_path_factory):
+    return run_sweep(tiny_config(), tmp_path_factory.mktemp("local"), model=smollm2_hooked, progress=False)
+
+
+def test_ray_records_equal_local_records(ray_session, local, tmp_path):
+    remote = run_sweep(tiny_config(), tmp_path, executor="ray", workers=2, progress=False)
+    layout = json.loads((tmp_path / "shards" / "layout.json").read_text())
+    assert len(layout) == 3 and sorted(sum(layout, [])) == list(range(6))  # 3 batches of 2 -> 3 shards
+    assert set(remote.records) == set(local.records) and len(remote.records) == 5
+    a, b = stable(local.records), stable(remote.records)
+    for rid in a:
+        for field in ("accuracy", "correct", "loglikelihoods", "realized_fraction", "realized_fraction_per_layer"):
+            assert a[rid][field] == b[rid][field], (rid, field)
+    assert a == b
+    assert remote.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
+    assert 0 < remote.records["random@p=0.3"]["realized_fraction"] < 0.6
+    for key in ("ahon_ln",):
+        assert torch.equal(remote.head_scores()[key], local.head_scores()[key])
+    assert (tmp_path / "runs.parquet").is_file() and not (tmp_path / ".lock").exists()
+
+
+def test_a_worker_killed_mid_task_is_replaced(ray_session, local, tmp_path):
+    marker = tmp_path / "crashed"
+    remote = distributed.run_sweep_ray(tiny_config(), tmp_path / "sweep", workers=2, progress=False,
+                                       _crash_once=("ahon_ln@p=0.3", 1, str(marker)))
+    assert marker.is_file()  # a worker process did exit in the middle of that task
+    assert stable(remote.records) == stable(local.records)
+
+
+def test_an_interrupted_driver_resumes_at_shard_granularity(ray_session, local, tmp_path, monkeypatch):
+    real = distributed._write_shard
+    written = []
+
+    def interrupt_after_four(out, part):
+        if len(written) == 4:
+            raise KeyboardInterrupt
+        written.append((part["run_id"], part["shard"]))
+        real(out, part)
+
+    monkeypatch.setattr(distributed, "_write_shard", interrupt_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny_config(), tmp_path, executor="ray", workers=2, progress=False)
+    assert len(written) == 4 and not (tmp_path / ".lock").exists()
+    records = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
+    assert "baseline.json" in records  # the 3 baseline shards were in, so its record was assembled
+
+    rewritten = []
+
+    def counting(out, part):
+        rewritten.append((part["run_id"], part["shard"]))
+        real(out, part)
+
+    monkeypatch.setattr(distributed, "_write_shard", counting)
+    resumed = run_sweep(tiny_config(), tmp_path, executor="ray", workers=2, progress=False)
+    assert not set(rewritten) & set(written)  # no finished shard ran again
+    assert len(rewritten) + len(written) == 3 * 3  # baseline + ahon_ln@0.3 + random@0.3, 3 shards each
+    for name, mtime in records.items():  # no record written twice
+        assert (tmp_path / "runs" / name).stat().st_mtime_ns == mtime
+    assert stable(resumed.records) == stable(local.records)
