@@ -186,10 +186,13 @@ def architecture_of(config) -> str:
 def _family_of_architecture(architecture: str) -> str:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    for model_type, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
-        if cls == architecture:
+    candidates = [mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if cls == architecture]
+    # Several model types share a class name (e.g. LlamaForCausalLM): take the one it is named after.
+    stem = re.split(r"For|LMHead", architecture)[0].lower()
+    for model_type in candidates:
+        if model_type.replace("_", "").replace("-", "") == stem:
             return model_type
-    return architecture or "unknown"
+    return candidates[0] if candidates else (architecture or "unknown")
 
 
 def _rope_parameters(config) -> dict[str, Any]:
@@ -391,18 +394,28 @@ def load_model(
     scaling, GPT-NeoX) and a ``TransformerBridge`` otherwise, logging which and why;
     ``"hooked"`` on an architecture it cannot build faithfully raises ``ModelLoadError``;
     ``"bridge"`` always wraps the Hugging Face modules. ``dtype``: a torch dtype or its name
-    (``"float32"``, ``"bfloat16"``, ``"float16"``). ``n_ctx``: the context length, by default the
+    (``"float32"``, ``"bfloat16"``, ``"float16"``), or ``"auto"``: the config's dtype on a GPU,
+    float32 on the CPU. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or None for
+    the first GPU if any, else the CPU; a device that does not exist or cannot compute in
+    ``dtype`` is a one-line ``ValueError`` before any weight is read. ``n_ctx``: the context length, by default the
     config's ``max_position_embeddings`` (or its equivalent).
     """
     # backend and dtype are checked here rather than by annotation alone, so that a bad value
     # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
-    dtype = resolve_dtype(dtype)
+    # Device and dtype are checked before anything is read or converted (FAM-DEV: devices.py);
+    # dtype "auto" needs the config, so it is settled once the config is read.
+    from .devices import check_device_dtype
+
+    dtype_auto = dtype is None or (isinstance(dtype, str) and dtype.lower() == "auto")
+    device, dtype = check_device_dtype(device, torch.float32 if dtype_auto else dtype, n_devices=n_devices)
     if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
         raise ValueError(f"n_ctx must be a positive integer, got {n_ctx!r}")
     local_dir, official_name = resolve_model_dir(spec, progress=progress)
     config = read_hf_config(local_dir)
+    if dtype_auto:
+        device, dtype = check_device_dtype(device, "auto", config=config, n_devices=n_devices)
     chosen, reason = choose_backend(config, backend)
     architecture = architecture_of(config)
     if backend == "auto":
@@ -513,7 +526,11 @@ def model_info(model) -> ModelInfo:
     name = getattr(cfg, "model_name", None) or "model"
     n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
     architecture = str(getattr(cfg, "original_architecture", None) or getattr(cfg, "architecture", "") or "")
-    family = _family_of_architecture(architecture) if architecture else "unknown"
+    hf_config = getattr(getattr(model, "original_model", None), "config", None)  # a bridge's HF model
+    if getattr(hf_config, "model_type", None):
+        family = hf_config.model_type
+    else:
+        family = _family_of_architecture(architecture) if architecture else "unknown"
     note = _processed_weights_note(model)
     if note is not None and not getattr(model, "_inactive_heads_warned", False):
         warnings.warn(

@@ -1,5 +1,7 @@
 """A tiny synthetic GQA HookedTransformer for unit tests (no weights to load)."""
 
+from typing import Any
+
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
@@ -34,3 +36,94 @@ def random_sequences(n: int, *, seed: int = 0, min_len: int = 3, max_len: int = 
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=gen).tolist()
     return [torch.randint(0, vocab, (k,), generator=gen).tolist() for k in lengths]
+
+
+# ----------------------------------------------------------------------------------------------
+# Tiny random-weight Hugging Face models of every supported family, saved as local directories
+
+# Features are made small enough to matter on inputs of ~20 tokens: llama3/longrope rope scaling
+# with original_max_position_embeddings=8, sliding windows of 4, Gemma's query_pre_attn_scalar
+# different from head_dim, partial rotary embeddings.
+_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4)
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8,
+}
+
+
+def _family_configs(vocab_size: int) -> dict[str, Any]:
+    from transformers import (
+        Gemma2Config,
+        Gemma3TextConfig,
+        GPT2Config,
+        GPTNeoXConfig,
+        LlamaConfig,
+        MistralConfig,
+        Olmo2Config,
+        Phi3Config,
+        Qwen2Config,
+    )
+
+    gqa = dict(_COMMON, num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=128)
+    rope_half = 16 // 2  # head_dim 16: rotary frequencies per head
+    longrope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0 + 0.1 * i for i in range(rope_half)],
+        "long_factor": [1.0 + 0.5 * i for i in range(rope_half)],
+        "original_max_position_embeddings": 8,
+    }
+    return {
+        "llama-3.2": LlamaConfig(**gqa, tie_word_embeddings=True, rope_parameters=dict(_LLAMA3_ROPE, factor=32.0)),
+        "llama-3.1": LlamaConfig(**gqa, tie_word_embeddings=False, rope_parameters=dict(_LLAMA3_ROPE)),
+        "olmo-2": Olmo2Config(**gqa, tie_word_embeddings=False),
+        "qwen2.5-tied": Qwen2Config(**gqa, tie_word_embeddings=True),
+        "qwen2.5-untied": Qwen2Config(**gqa, tie_word_embeddings=False),
+        "gemma-2": Gemma2Config(
+            **gqa, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+            attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        ),
+        "gemma-3": Gemma3TextConfig(
+            **gqa, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        ),
+        "mistral": MistralConfig(**gqa, sliding_window=4),
+        "phi-3-window": Phi3Config(**gqa, sliding_window=4),
+        "phi-3-longrope": Phi3Config(**gqa, original_max_position_embeddings=8, rope_parameters=longrope),
+        "phi-3-partial-rotary": Phi3Config(
+            **gqa, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+        ),
+        "gpt2": GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=128, vocab_size=vocab_size),
+        "gpt-neox": GPTNeoXConfig(
+            **{k: v for k, v in gqa.items() if k != "num_key_value_heads"},
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        ),
+    }
+
+
+FAMILIES = (
+    "llama-3.2", "llama-3.1", "olmo-2", "qwen2.5-tied", "qwen2.5-untied", "gemma-2", "gemma-3",
+    "mistral", "phi-3-window", "phi-3-longrope", "phi-3-partial-rotary", "gpt2", "gpt-neox",
+)
+
+
+def save_tiny_family(family: str, directory, tokenizer, *, seed: int = 0):
+    """Build a tiny random-weight model of ``family``, perturb its biases and norm weights (so a
+    dropped one shows in the logits), and save it with ``tokenizer`` to ``directory``."""
+    from transformers import AutoModelForCausalLM
+
+    config = _family_configs(len(tokenizer))[family]
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias") or "norm" in name or "ln_" in name:
+                param.add_(0.2 * torch.randn(param.shape, generator=gen))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

@@ -295,3 +295,39 @@ def test_concurrent_conversion_keeps_the_first_finished(fake_builtin, tmp_cache,
     assert models.convert_builtin(fake, progress=False) == target
     assert (target / "CONVERTED.json").read_text() == '{"hf_name": "other-process"}'
     assert cache_leftovers(tmp_cache) == [target.name]
+
+
+# ----------------------------------------------------------------------------------------------
+# Facts about models: chat detection
+
+
+class _Tokenizer:
+    def __init__(self, chat_template):
+        self.chat_template = chat_template
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("google/gemma-3-270m-it", True),
+        ("google/gemma-3-270m", False),
+        ("allenai/OLMo-2-1124-7B-SFT", True),
+        ("allenai/OLMo-2-1124-7B-DPO", True),
+        ("allenai/OLMo-2-1124-7B-Instruct", True),
+        ("allenai/OLMo-2-1124-7B", False),
+        ("Qwen/Qwen2.5-7B-Instruct", True),
+        ("meta-llama/Llama-3.2-3B", False),
+        ("/models/my-italian-llama", False),  # "-it" only as a whole tag
+        ("/models/Llama-2-7b-chat", True),
+    ],
+)
+def test_chat_models_by_name_tag_and_template(name, expected):
+    assert models._is_chat(_Tokenizer("{{ messages }}"), name) is expected
+    assert models._is_chat(_Tokenizer(None), name) is False  # no template: not usable as chat
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(ModelLoadError, match=r"cannot read .*config\.json .*pass a directory written by save_pretrained") as err:
+        load_model(str(tmp_path), progress=False)
+    one_line(err)
