@@ -149,8 +149,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         f"or a hub name (online only); default {DEFAULT_MODEL}",
     )
     group.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations dtype")
-    group.add_argument("--backend", default="hooked", choices=BACKENDS,
-                       help="TransformerLens HookedTransformer (default) or TransformerBridge")
+    group.add_argument("--backend", default="auto", choices=BACKENDS,
+                       help="auto (default): HookedTransformer where it is exact for the model's "
+                            "architecture, else TransformerBridge; or force hooked/bridge")
     group.add_argument("--batch-size", type=_positive_int, default=8, help="sequences per forward pass")
 
 
