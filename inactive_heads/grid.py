@@ -1,0 +1,177 @@
+"""The grid in one command: models x tasks, one sweep folder each, and the cross-model table.
+
+A grid file (TOML)::
+
+    out = "grid-results"          # one folder per (model, task) below it: <model>__<task>
+    models = ["smollm2-135m", "gemma-3-270m"]
+    tasks = ["mmlu"]
+    executor = "local"            # or "ray"
+
+    [sweep]                       # any SweepConfig option except model and task
+    subjects = ["anatomy"]
+    limit = 10
+    scores = ["ahon_ln", "awft"]
+    quantiles = [0.1, 0.3]
+
+    [ray]                         # run_sweep's Ray options (executor = "ray")
+    workers = 2
+
+:func:`compare_table` puts finished sweep folders side by side in the paper's Table 2 layout:
+baseline accuracy (with its 95 % bootstrap interval), AWFT's max % zeroed within the tolerance,
+the best other score and its max %, and each score's rank by normalized AUC.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .analysis import accuracy_interval, auc_table, rank_table, table2
+from .io import write_text_atomic
+from .sweep import EXECUTORS, SweepConfig, SweepResults, run_sweep
+
+RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")
+
+
+@dataclass
+class GridConfig:
+    """Models x tasks with shared sweep options; round-trips to the TOML/JSON layout above."""
+
+    models: list[str]
+    tasks: list[str] = field(default_factory=lambda: ["mmlu"])
+    out: str = "grid-results"
+    executor: str = "local"
+    sweep: dict[str, Any] = field(default_factory=dict)
+    ray: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.models or not self.tasks:
+            raise ValueError("a grid needs at least one model and one task (keys 'models' and 'tasks')")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor '{self.executor}'; use one of {', '.join(EXECUTORS)}")
+        bad = sorted(set(self.sweep) & {"model", "task"})
+        if bad:
+            raise ValueError(f"set {bad[0]} in the grid's '{bad[0]}s' list, not in [sweep]")
+        unknown = sorted(set(self.ray) - set(RAY_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown [ray] option '{unknown[0]}'; known: {', '.join(RAY_OPTIONS)}")
+        if self.ray and self.executor != "ray":
+            raise ValueError("a [ray] section needs executor = \"ray\"")
+        for model, task in self.cells():
+            self.sweep_config(model, task)  # every cell's options are checked before anything runs
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "GridConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no grid file at '{path}'; write one (see 'inactive-heads grid --help')")
+        with open(path, "rb") as f:
+            try:
+                data = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise ValueError(f"'{path}' is not valid TOML: {e}") from None
+        known = {"models", "tasks", "out", "executor", "sweep", "ray"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown grid key '{unknown[0]}' in '{path}'; known: {', '.join(sorted(known))}")
+        if "out" in data and not Path(data["out"]).is_absolute():
+            data["out"] = str(path.parent / data["out"])
+        return cls(**data)
+
+    def cells(self) -> list[tuple[str, str]]:
+        return [(m, t) for m in self.models for t in self.tasks]
+
+    def sweep_config(self, model: str, task: str) -> SweepConfig:
+        return SweepConfig(model=model, task=task, **self.sweep)
+
+    def folder(self, model: str, task: str) -> Path:
+        safe = model.replace("/", "_").replace(":", "_")
+        return Path(self.out) / f"{safe}__{task}"
+
+
+def run_grid(grid: GridConfig, *, progress: bool = True, tolerance: float = 1.0) -> pd.DataFrame:
+    """Run (or resume) every (model, task) sweep, then write the cross-model table into
+    ``grid.out`` (``compare.md``, ``compare.csv``, ``compare.html``); returns it."""
+    folders = []
+    for model, task in grid.cells():
+        folder = grid.folder(model, task)
+        options = {k: v for k, v in grid.ray.items() if v is not None}
+        run_sweep(grid.sweep_config(model, task), folder, executor=grid.executor, progress=progress, **options)
+        folders.append(folder)
+    table = compare_table(folders, tolerance=tolerance)
+    write_compare(table, grid.out, tolerance=tolerance)
+    return table
+
+
+def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.0, sink_key: str = "awft") -> pd.DataFrame:
+    """One row per sweep folder: model, task, n, baseline % [95 % CI], the sink score's and the
+    best other score's max % zeroed within ``tolerance`` points, and every score's AUC rank."""
+    results = [SweepResults.load(f) for f in folders]
+    names = [_cell_name(r) for r in results]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two folders hold the same model and task ({names}); compare distinct sweeps")
+    curves = {name: r.curves() for name, r in zip(names, results)}
+    baselines = {name: r.baseline_percent for name, r in zip(names, results)}
+    for name, c in curves.items():
+        if sink_key not in c:
+            raise ValueError(f"the sweep of {name} has no '{sink_key}' runs; the table compares against it")
+    main = table2(curves, baselines, tolerance=tolerance, sink_key=sink_key)
+    ranks = rank_table(auc_table(curves)).drop(index="mean_rank", errors="ignore")
+    rows = []
+    for name, r in zip(names, results):
+        base = r.records["baseline"]
+        ci = accuracy_interval(base["correct"])
+        row = main.set_index("model").loc[name]
+        rows.append({
+            "model": r.config.model, "task": r.config.task, "n": base["n"],
+            "baseline_pct": round(ci.estimate, 2), "baseline_low": round(ci.low, 2), "baseline_high": round(ci.high, 2),
+            f"{sink_key}_max_pct": row[f"{sink_key}_max_pct"],
+            "best_other": row["best_other_key"], "best_other_max_pct": row["best_other_max_pct"],
+            **{f"rank_{k}": ranks.loc[name, k] for k in ranks.columns},
+        })
+    return pd.DataFrame(rows)
+
+
+def _cell_name(results: SweepResults) -> str:
+    return f"{results.config.model} / {results.config.task}"
+
+
+def write_compare(table: pd.DataFrame, out: str | os.PathLike, *, tolerance: float = 1.0) -> list[Path]:
+    """``compare.md``, ``compare.csv`` and a self-contained ``compare.html`` in ``out``."""
+    out = Path(out)
+    caption = (f"Max % of heads zeroed with accuracy within {tolerance:g} point(s) of the baseline; ranks by "
+               "normalized AUC (1 = best). Baseline: accuracy % [95 % bootstrap interval over questions].")
+    paths = [
+        write_text_atomic(out / "compare.md", f"{caption}\n\n{_markdown(table)}\n"),
+        write_text_atomic(out / "compare.csv", table.to_csv(index=False)),
+        write_text_atomic(out / "compare.html", (
+            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>inactive-heads: models "
+            "compared</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style>\n</head>\n<body>\n"
+            f"<h1>Models compared</h1>\n<p>{html.escape(caption)}</p>\n"
+            f"{table.to_html(index=False, na_rep='-', float_format=lambda v: f'{v:.2f}')}\n</body>\n</html>\n")),
+    ]
+    return paths
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    cols = list(table.columns)
+
+    def cell(v):
+        if isinstance(v, float):
+            return "-" if v != v else f"{v:.2f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+__all__ = ["GridConfig", "compare_table", "run_grid", "write_compare"]
