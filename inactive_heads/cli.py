@@ -424,7 +424,7 @@ register_subcommand("report", "print the results table and write a self-containe
 # many questions, few thresholds, two scores and Random. The label-free answer agreement is paired
 # and separates the scores even where accuracy differences are within the sampling error.
 DEMO_TASK = "piqa"
-DEMO_LIMIT = 150
+DEMO_LIMIT = 100
 DEMO_DTYPE = "float32"
 DEMO_SCORES = ("ahon_ln", "awft")
 DEMO_QUANTILES = (0.0, 0.1, 0.3)
@@ -445,32 +445,37 @@ def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_reading(results) -> str:
-    """One honest sentence on what the demo's numbers show, from their intervals."""
-    from .report import AGREEMENT_TOLERANCE
+    """One honest sentence on what the demo's numbers show, read from their 95 % intervals: the
+    runs at the largest p (comparable % of heads zeroed), their answer agreement with the
+    unablated model and their paired accuracy change."""
+    from .report import runs_table
 
-    frame = results.table().set_index("score")
-    keys = [k for k in (*DEMO_SCORES, "random") if k in frame.index]
-    if frame.empty or frame["max_pct_agree"].isna().all() or len(keys) < 2:
+    table = runs_table(results)
+    table = table[table["score"].notna()]
+    if table.empty or table["agreement"].isna().all():
         return "Too few finished runs for a reading; resume the demo."
-    rows = {k: frame.loc[k] for k in keys}
-    parts = [f"{r['label']} {r['max_pct_agree']:.1f}% [{r['max_pct_agree_low']:.1f}, {r['max_pct_agree_high']:.1f}]"
-             for r in rows.values()]
-    best = max(keys, key=lambda k: rows[k]["max_pct_agree"])
-    others = [k for k in keys if k != best]
-    separated = [k for k in others if rows[k]["max_pct_agree_high"] < rows[best]["max_pct_agree_low"]]
-    if len(separated) == len(others):
-        verdict = f"{rows[best]['label']} is ahead of {' and '.join(rows[k]['label'] for k in others)} beyond sampling error"
-    elif separated:
-        verdict = (f"{rows[best]['label']} is ahead of {' and '.join(rows[k]['label'] for k in separated)} beyond "
-                   f"sampling error, but not of {' and '.join(rows[k]['label'] for k in others if k not in separated)}")
+    top = table[table["p"] == table["p"].max()].set_index("score")
+    keys = [k for k in (*DEMO_SCORES, "random") if k in top.index]
+    rows = {k: top.loc[k] for k in keys}
+    zeroed = ", ".join(f"{r['label']} {r['realized_pct']:.0f}%" for r in rows.values())
+    agree = "; ".join(f"{r['label']} {r['agreement']:.0f}% [{r['agreement_low']:.0f}, {r['agreement_high']:.0f}]"
+                      for r in rows.values())
+    change = "; ".join(f"{r['label']} {r['difference']:+.1f} [{r['difference_low']:+.1f}, {r['difference_high']:+.1f}]"
+                       for r in rows.values())
+    best = max(keys, key=lambda k: rows[k]["agreement"])
+    ahead = [rows[k]["label"] for k in keys if k != best and rows[k]["agreement_high"] < rows[best]["agreement_low"]]
+    behind = [rows[k]["label"] for k in keys if k != best and rows[k]["label"] not in ahead]
+    if ahead and not behind:
+        verdict = f"{rows[best]['label']} changes fewer answers than {' and '.join(ahead)} beyond sampling error"
+    elif ahead:
+        verdict = (f"{rows[best]['label']} changes fewer answers than {' and '.join(ahead)} beyond sampling error; "
+                   f"{' and '.join(behind)} cannot be told apart from it at this n")
     else:
-        verdict = "the intervals overlap, so this sample does not rank the scores"
+        verdict = "their intervals overlap, so this sample does not rank the scores"
     n = len(results.records["baseline"]["correct"])
     return (
-        f"Reading: the largest % of heads that can be zeroed with at least {100 - AGREEMENT_TOLERANCE:g}% of the "
-        f"{n} answers unchanged is {'; '.join(parts)} (95% intervals): {verdict}. Accuracy on {n} questions "
-        "carries several points of sampling error (see the baseline's interval), so read the accuracy columns "
-        "with their intervals, not as a ranking."
+        f"Reading (n = {n} questions, 95% intervals): at p = {top['p'].iloc[0]:g} ({zeroed} of heads zeroed) "
+        f"the answers unchanged are {agree}: {verdict}. Accuracy change from the baseline in points: {change}."
     )
 
 

@@ -70,3 +70,29 @@ def test_bad_values_give_one_line_before_any_model_loads(capsys, argv, message):
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["score", "--scores", "ahon_ln2"], "unknown score 'ahon_ln2'"),
+        (["score", "--subjects", "anatomyy"], "unknown MMLU subject 'anatomyy'"),
+        (["score", "--text-file", "/nonexistent/passages.txt"], "/nonexistent/passages.txt"),
+    ],
+)
+def test_score_checks_its_inputs_before_loading_the_model(monkeypatch, capsys, argv, message):
+    import inactive_heads.cli as cli
+
+    def spy(args):
+        raise AssertionError("the model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(cli, "_load", spy)
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_traceback(capsys):
+    # Without --debug one line; with it the library's exception itself propagates.
+    assert run(capsys, "report", "/nonexistent/folder")[0] == 2
+    with pytest.raises(FileNotFoundError, match="is not a sweep results folder"):
+        main(["--debug", "report", "/nonexistent/folder"])

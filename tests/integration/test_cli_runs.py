@@ -1,0 +1,63 @@
+"""Happy paths of the CLI's model commands (score, sweep, demo) on a tiny random-weight Llama
+saved with the SmolLM2 tokenizer: real PIQA prompts, a few questions, seconds per command."""
+
+import json
+import re
+
+import pytest
+from tiny import save_tiny_family
+
+from inactive_heads.cli import main
+from inactive_heads.recording import HeadScores
+from inactive_heads.sweep import SweepResults
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from inactive_heads.models import resolve_model_dir
+
+    local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+    return str(save_tiny_family("llama-3.2", tmp_path_factory.mktemp("tiny-llama"), tokenizer))
+
+
+def test_score_writes_the_scores_of_every_prompt(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "scores.pt"
+    code = main(["score", "--model", tiny_dir, "--task", "piqa", "--limit", "3", "--scores", "ahon_ln", "awft",
+                 "--batch-size", "4", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    saved = next(tmp_path.iterdir())  # the file written (its suffix is the recorder's choice)
+    hs = HeadScores.load(saved)
+    # PIQA: one prompt per (question, choice): 3 questions x 2 solutions; the tiny Llama has 3 x 4 heads.
+    assert hs.keys() == ["ahon_ln", "awft"] and hs.n_sequences == 6 and (hs.n_layers, hs.n_heads) == (3, 4)
+    row = next(line for line in text.splitlines() if line.startswith("awft"))
+    mean, smallest, largest = map(float, row.split()[-3:])  # columns: mean, min, max
+    assert smallest <= mean <= largest and 0.0 <= smallest and largest <= 1.0  # AWFT is an attention weight
+
+
+def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--model", tiny_dir, "--task", "piqa", "--limit", "8", "--scores", "ahon_ln",
+                 "--quantiles", "0", "0.3", "--batch-size", "8", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    results = SweepResults.load(out)
+    assert results.is_complete and len(results.records) == 1 + 2 * 2
+    correct = results.records["baseline"]["correct"]
+    printed = float(re.search(r"baseline accuracy \(nothing zeroed\): ([\d.]+)%", text).group(1))
+    assert printed == pytest.approx(100 * sum(correct) / len(correct), abs=0.005)
+    assert (out / "report.html").is_file() and "[" in text and "]" in text
+
+    demo = tmp_path / "demo"
+    code = main(["demo", "--model", tiny_dir, "--limit", "8", "--quantiles", "0", "0.3", "--out", str(demo)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "Reading:" in text and (demo / "report.html").is_file()
+    config = json.loads((demo / "sweep.json").read_text())
+    assert config["task"] == "piqa" and config["num_fewshot"] == 0 and config["limit"] == 8
+    # every run of the demo's plan has a record, with per-question log-likelihoods for agreement/KL
+    records = SweepResults.load(demo).records
+    assert len(records) == 1 + 3 * 2 and all(len(r["loglikelihoods"]) == 8 for r in records.values())
