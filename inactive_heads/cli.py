@@ -550,12 +550,13 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``inactive-heads`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     from .models import ModelLoadError
+    from .sweep import FolderInUseError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except (ModelLoadError, ValueError, KeyError, FileNotFoundError) as err:
+    except (ModelLoadError, ValueError, KeyError, FileNotFoundError, FolderInUseError) as err:
         # One line the user can act on; tracebacks are for bugs, not for bad input
         # (--debug or INACTIVE_HEADS_DEBUG=1 shows the traceback anyway).
         if args.debug or os.environ.get("INACTIVE_HEADS_DEBUG") == "1":

@@ -180,6 +180,10 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
 # The steps of a sweep, shared by the local and the Ray executor
 
 
+class FolderInUseError(RuntimeError):
+    """Another driver holds the results folder's lock."""
+
+
 class FolderLock:
     """``<out>/.lock`` (host, pid) while a driver works on a folder; a second driver refuses.
 
@@ -199,7 +203,7 @@ class FolderLock:
             except FileExistsError:
                 if not self._stale():
                     other = self._holder()
-                    raise RuntimeError(
+                    raise FolderInUseError(
                         f"'{self.path.parent}' is in use by another sweep (pid {other.get('pid')} on "
                         f"{other.get('host')} since {other.get('since')}); wait for it, or delete "
                         f"{self.path} if that process is gone"

@@ -65,3 +65,17 @@ def test_grid_file_is_checked_before_anything_runs(tmp_path):
     bad.write_text('models = ["smollm2-135m"]\nmodel = "x"\n')
     with pytest.raises(ValueError, match="unknown grid key 'model'"):
         GridConfig.load(bad)
+
+
+def test_sweep_cli_refuses_ray_options_without_ray_and_a_locked_folder(tmp_path, capsys):
+    import os
+
+    from inactive_heads.sweep import FolderLock
+
+    assert main(["sweep", "--out", str(tmp_path / "x"), "--workers", "2", "--scores", "awft"]) == 2
+    assert "need --executor ray" in capsys.readouterr().err
+    with FolderLock(tmp_path / "busy"):
+        code = main(["sweep", "--out", str(tmp_path / "busy"), "--scores", "awft", "--limit", "1",
+                     "--subjects", "anatomy"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"in use by another sweep (pid {os.getpid()}" in err[0]
