@@ -15,7 +15,7 @@ inactive at τ are zeroed for that sequence only. Flags are counted, so the **re
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float
@@ -25,7 +25,6 @@ from .hooks import HeadHookRunner
 from .models import model_info
 from .scores import LayerActivations, get_score, layer_reads
 
-AblationKind = Literal["static", "dynamic", "random"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class AblationSpec:
     - ``random``: each (sequence, layer, head) zeroed with probability ``threshold``, seeded.
     """
 
-    kind: str  # AblationKind; checked in __post_init__ with a clear message
+    kind: str  # "static", "dynamic" or "random"; checked in __post_init__ with a clear message
     score: str | None = None
     threshold: float | None = None
     heads: tuple = ()  # of (layer, head) pairs

@@ -33,12 +33,10 @@ from jaxtyping import Bool, Float, Int
 from scipy import special, stats
 from torch import Tensor
 
-from .calibration import pooled_scores, resolve_direction, score_tensor
-from .recording import HeadScores
+from .calibration import Real, ScoresLike, pooled_scores, resolve_direction, score_tensor
+from .scores import flag_inactive
 
-Real = int | float | np.integer | np.floating
 Points = Sequence[Sequence[Real]] | np.ndarray
-ScoresLike = HeadScores | Float[Tensor, "..."] | np.ndarray
 
 
 def _curve(points: Points) -> tuple[np.ndarray, np.ndarray]:
@@ -280,8 +278,7 @@ def flagged_mask(
     are the recorded ones, with no ablation cascade.
     """
     direction = resolve_direction(key, direction)
-    t = score_tensor(head_scores, key)
-    return t > threshold if direction == "above" else t < threshold
+    return flag_inactive(score_tensor(head_scores, key), threshold, direction)
 
 
 def iou(

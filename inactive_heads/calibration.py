@@ -35,7 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .recording import HeadScores
-from .scores import OFFICIAL_NAMES, get_score
+from .scores import OFFICIAL_NAMES, flag_inactive, get_score
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 """The paper's seven nominal fractions p."""
@@ -220,8 +220,7 @@ def flag_fraction(
     t = score_tensor(head_scores, key)
     if t.numel() == 0:
         raise ValueError(f"score '{key}': no values (empty tensor)")
-    mask = t > threshold if direction == "above" else t < threshold
-    return float(mask.double().mean())
+    return float(flag_inactive(t, threshold, direction).double().mean())
 
 
 # ----------------------------------------------------------------------------------------------

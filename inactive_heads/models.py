@@ -18,7 +18,7 @@ import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -39,7 +39,6 @@ from .gguf import (  # noqa: F401  (re-exported: models stays the public home of
 
 logger = logging.getLogger(__name__)
 
-Backend = Literal["auto", "hooked", "bridge"]
 BACKENDS = ("auto", "hooked", "bridge")
 
 DEFAULT_MODEL = "smollm2-135m"

@@ -26,13 +26,12 @@ from plotly.colors import qualitative, sample_colorscale
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from .analysis import Points, flagged_mask, iou, normalized_auc, wasserstein_matrix
+from .analysis import Points, Real, flagged_mask, iou, normalized_auc, wasserstein_matrix
 from .calibration import Thresholds, pooled_scores
 from .recording import HeadScores
 from .scores import get_score
 from .sweep import SweepResults
 
-Real = int | float | np.integer | np.floating
 
 TEMPLATE = "plotly_white"
 FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif", "size": 13}

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
 from .io import atomic_path
 from .models import model_info
-from .scores import LayerActivations, get_score, layer_reads, resolve_scores
+from .scores import LayerActivations, layer_reads, resolve_scores
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
 SAFETENSORS_FORMAT = "inactive-heads.HeadScores/2"
@@ -77,12 +77,6 @@ class HeadScores:
     @property
     def n_heads(self) -> int:
         return self.shape[2]
-
-    def label(self, key: str) -> str:
-        try:
-            return get_score(key).label
-        except KeyError:
-            return key
 
     def mean(self, key: str) -> Float[Tensor, "layer head"]:
         """Mean score per (layer, head) over sequences."""

@@ -208,7 +208,17 @@ class ScoreFunction:
 
     def is_inactive(self, scores: Tensor, threshold: float) -> Tensor:
         """Boolean mask of heads this score calls inactive at threshold τ."""
-        return scores > threshold if self.direction == "above" else scores < threshold
+        return flag_inactive(scores, threshold, self.direction)
+
+
+def flag_inactive(scores: Tensor, threshold: float, direction: Direction) -> Tensor:
+    """The one "inactive" comparison, strict: ``score > τ`` for an "above" score, ``score < τ``
+    for a "below" one (ablation, calibration and analysis all flag through it).
+
+    >>> flag_inactive(torch.tensor([0.1, 0.5, 0.9]), 0.5, "below").tolist()
+    [True, False, False]
+    """
+    return scores > threshold if direction == "above" else scores < threshold
 
 
 _REGISTRY: dict[str, ScoreFunction] = {}

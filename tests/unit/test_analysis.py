@@ -254,3 +254,18 @@ def test_wasserstein_rejects_non_finite():
     bad = torch.tensor([0.0, float("nan")]).reshape(2, 1, 1)
     with pytest.raises(ValueError, match="'awft': 1 of 2 values are NaN/inf"):
         wasserstein(bad, bad, "awft")
+
+
+def test_one_strict_inactive_comparison_everywhere():
+    # A value exactly at τ is never inactive; below/above by the score's direction. The ablation
+    # (ScoreFunction.is_inactive), the calibration's flagged fraction and the analysis mask agree.
+    from inactive_heads.calibration import flag_fraction
+    from inactive_heads.scores import get_score
+
+    t = torch.tensor([0.5, 0.5, 0.2, 0.8]).reshape(1, 1, 4)
+    hs = HeadScores({"ahon_ln": t, "awft": t})
+    assert flagged_mask(hs, "ahon_ln", 0.5).flatten().tolist() == [False, False, True, False]
+    assert flagged_mask(hs, "awft", 0.5).flatten().tolist() == [False, False, False, True]
+    assert get_score("ahon_ln").is_inactive(t, 0.5).flatten().tolist() == [False, False, True, False]
+    assert get_score("awft").is_inactive(t, 0.5).flatten().tolist() == [False, False, False, True]
+    assert flag_fraction(hs, "ahon_ln", 0.5) == 0.25 and flag_fraction(hs, "awft", 0.5) == 0.25
