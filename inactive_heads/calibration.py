@@ -1,7 +1,7 @@
 """Static thresholds: quantiles of a score's pooled empirical CDF, and the paper's released presets.
 
 The paper picks one global threshold τ per (model, task, score function) from a calibration run
-with nothing zeroed (METHOD.md §5): every (sequence, layer, head) score goes into one pool of N
+with nothing zeroed (docs/concepts.md, "Thresholds"): every (sequence, layer, head) score goes into one pool of N
 values, the pool is sorted, the i-th smallest value x_i (1-indexed) is paired with y_i = i/N, and
 τ_p is read off that piecewise-linear CDF by linear interpolation at y = p for "below" scores
 (inactive if score < τ) or at y = 1 − p for "above" scores (inactive if score > τ). The y value is
@@ -183,7 +183,7 @@ def calibrate(
     *,
     direction: str | None = None,
 ) -> Thresholds:
-    """Thresholds τ_p of score ``key`` from its pooled empirical CDF (METHOD.md §5).
+    """Thresholds τ_p of score ``key`` from its pooled empirical CDF (docs/concepts.md, "Thresholds").
 
     ``head_scores`` is a :class:`HeadScores` (recorded with nothing zeroed) or a raw tensor/array
     of that score's values (any shape; everything is pooled). ``direction`` defaults to the

