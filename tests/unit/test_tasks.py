@@ -2,7 +2,7 @@
 real SmolLM2 tokenizer. Expected prompt strings are written out by hand from the task formats."""
 
 import json
-import random
+from pathlib import Path
 
 import pytest
 
@@ -187,12 +187,13 @@ def test_winogrande_partial_scoring_zero_shot(tok):
 
 
 def test_winogrande_5shot_from_train_with_seed_1234(tok):
-    req0, req1 = build_requests("winogrande", tok, limit=2)
-    # lm-eval's default sampler: one random.Random(1234) for the task, sample(train, 5 + 1) per
-    # document (fewshot_split == test_split, both None in the YAML), first five kept.
-    rnd = random.Random(1234)
-    expected = [tuple(rnd.sample(range(40398), 6)[:5]) for _ in range(2)]
-    assert (req0.fewshot_ids, req1.fewshot_ids) == tuple(expected)
+    req0, req1, req2 = build_requests("winogrande", tok, limit=3)
+    # Expected: what lm-eval 0.4.5's own ContextSampler.get_context returned for the first three
+    # validation docs (tests/data/winogrande_fewshot_lm_eval_0.4.5.json, provenance inside).
+    fixture = json.loads((Path(__file__).parents[1] / "data" / "winogrande_fewshot_lm_eval_0.4.5.json").read_text())
+    for req, doc in zip((req0, req1, req2), fixture["docs"]):
+        assert req.fewshot_ids == tuple(doc["fewshot_train_rows"])
+        assert req.context_text.startswith(doc["fewshot_context"])
     assert req0.fewshot_ids == (28883, 7657, 490, 5940, 38156)
     sentence = "Sarah was a much better surgeon than Maria so Sarah"
     assert req0.context_text == WG_TRAIN_SHOTS + sentence
