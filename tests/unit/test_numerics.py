@@ -11,7 +11,7 @@ from inactive_heads.ablation import DynamicAblation, StaticAblation, zero_heads_
 from inactive_heads.hooks import make_batches, run_forward
 from inactive_heads.recording import record_scores
 from inactive_heads.scores import LayerActivations, get_score, output_gram_factor, row_entropy
-from tests.tiny import random_sequences, tiny_gqa_model
+from tiny import random_sequences, tiny_gqa_model
 
 
 def _acts(z=None, pattern=None, v=None, w_o=None, valid=None, n_heads=None):
@@ -238,3 +238,16 @@ def test_dtype_auto(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
     assert devices.check_device_dtype("cuda", "auto", config=cfg) == ("cuda:0", torch.bfloat16)
     assert devices.check_device_dtype("cuda", "auto", config={}) == ("cuda:0", torch.float32)
+
+
+@pytest.mark.parametrize("command", [["score", "--subjects", "anatomy", "--limit", "1"],
+                                     ["sweep", "--subjects", "anatomy", "--limit", "1"]])
+def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path, capsys):
+    from inactive_heads import cli, models
+
+    monkeypatch.setattr(devices, "_gpu_count", lambda kind: 1 if kind == "cuda" else 0)
+    monkeypatch.setattr(models, "resolve_model_dir", lambda *a, **k: pytest.fail("weights were reached"))
+    status = cli.main([*command, "--device", "cuda:3", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "device cuda:3 does not exist: 1 CUDA device(s) visible" in err
