@@ -251,3 +251,15 @@ def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path
     err = capsys.readouterr().err.strip()
     assert status == 2 and len(err.splitlines()) == 1
     assert "device cuda:3 does not exist: 1 CUDA device(s) visible" in err
+
+
+def test_run_sweep_checks_a_passed_model_against_its_config(tmp_path):
+    from inactive_heads.sweep import SweepConfig, check_model_matches
+
+    model = tiny_gqa_model()  # float32, HookedTransformer, n_ctx 64, on the CPU
+    check_model_matches(SweepConfig(dtype="float32", backend="hooked", n_ctx=64, device="cpu"), model)
+    check_model_matches(SweepConfig(dtype="auto", backend="auto"), model)  # unset fields are not checked
+    for field, value, shown in (("dtype", "bfloat16", "'float32'"), ("backend", "bridge", "'hooked'"),
+                                ("n_ctx", 128, "64")):
+        with pytest.raises(ValueError, match=rf"has {field} {shown} but the sweep config says"):
+            check_model_matches(SweepConfig(**{field: value}), model)
