@@ -43,7 +43,7 @@ LEGACY_SCORES_FILE = "scores.pt"
 VOLATILE_FIELDS = ("seconds", "finished_at")
 
 
-def run_id(key: str | None, q: float | None) -> str:
+def run_id(key: str | None, q: float | int | None) -> str:
     """The id (and file name) of a run: ``baseline`` or ``<score>@p=<repr of p>``, e.g.
     ``awft@p=0.001``. ``repr`` of a float is the shortest text that reads back as the same
     number, so distinct p never share an id.
@@ -74,7 +74,7 @@ class SweepConfig:
     include_random: bool = True
     batch_size: int = 8
     dtype: str = "float32"
-    backend: str = "hooked"
+    backend: str = "auto"  # models.load_model picks the faithful backend per architecture
     device: str | None = None  # None: the first GPU if any, else the CPU (devices.resolve_device)
     n_ctx: int | None = None  # None: the model config's context length
     seed: int = 0
