@@ -87,13 +87,13 @@ class LayerActivations:
     @cached_property
     def v_norm(self) -> Float[Tensor, "batch pos head"]:
         # Norms on the grouped values, then expanded: the same numbers, far less work.
-        norms = as_float32(self._need("v_grouped")).norm(dim=-1)
+        norms = at_least_float32(self._need("v_grouped")).norm(dim=-1)
         group = self.n_heads // norms.shape[2]
         return norms if group == 1 else norms.repeat_interleave(group, dim=2)
 
     @cached_property
     def z_norm(self) -> Float[Tensor, "batch pos head"]:
-        return as_float32(self._need("z")).norm(dim=-1)
+        return at_least_float32(self._need("z")).norm(dim=-1)
 
     @cached_property
     def result_norm(self) -> Float[Tensor, "batch pos head"]:
@@ -103,26 +103,26 @@ class LayerActivations:
         matrix (:func:`output_gram_factor`, cached per weight): no ``[batch, pos, head, d_model]``
         tensor is ever formed.
         """
-        z = as_float32(self._need("z"))
-        factor = output_gram_factor(self._need("W_O")).to(z.device)
+        z = at_least_float32(self._need("z"))
+        factor = output_gram_factor(self._need("W_O")).to(device=z.device, dtype=z.dtype)
         return torch.einsum("bphd,hed->bphe", z, factor).norm(dim=-1)
 
     def mean_over_positions(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
         """Mean over each sequence's real positions (pads excluded), in float32."""
-        per_pos = as_float32(per_pos)
+        per_pos = at_least_float32(per_pos)
         mask = self.valid.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
         return (per_pos * mask).sum(dim=1) / self.lengths.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
 
     def mean_over_queries(self, per_query: Float[Tensor, "batch head query"]) -> Float[Tensor, "batch head"]:
         """Mean over each sequence's real query rows (pad rows excluded), in float32."""
-        per_query = as_float32(per_query)
+        per_query = at_least_float32(per_query)
         mask = self.valid.to(per_query.device).unsqueeze(1).to(per_query.dtype)
         return (per_query * mask).sum(dim=2) / self.lengths.to(per_query.device).unsqueeze(-1).to(per_query.dtype)
 
     def at_last_token(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
         """The value at each sequence's last real position."""
         rows = torch.arange(per_pos.shape[0], device=per_pos.device)
-        return as_float32(per_pos[rows, self.last_index.to(per_pos.device)])
+        return at_least_float32(per_pos[rows, self.last_index.to(per_pos.device)])
 
     def memo(self, key: str, compute: Callable[[], Tensor]) -> Tensor:
         """Share one intermediate between score functions of the same layer and batch."""
@@ -131,9 +131,10 @@ class LayerActivations:
         return self._memo[key]
 
 
-def as_float32(t: Tensor) -> Tensor:
-    """``t`` in float32: itself when it already is (so float32 models compute exactly as before)."""
-    return t if t.dtype == torch.float32 else t.float()
+def at_least_float32(t: Tensor) -> Tensor:
+    """``t`` cast to float32 if it is a narrower float (bf16, fp16); float32 and float64 unchanged
+    (so a float32 model computes exactly as before)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 # Low-precision inputs are cast to float32 in chunks of about this many elements, so the float32
@@ -143,7 +144,7 @@ _CHUNK_ELEMENTS = 1 << 24
 
 def row_entropy(pattern: Float[Tensor, "batch head query key"]) -> Float[Tensor, "batch head query"]:
     """−Σ_s A[t,s] ln A[t,s] per query row, computed in float32."""
-    if pattern.dtype == torch.float32:
+    if pattern.dtype in (torch.float32, torch.float64):
         return torch.special.entr(pattern).sum(dim=-1)
     b, h, q, k = pattern.shape
     step = max(1, _CHUNK_ELEMENTS // max(1, b * h * k))
