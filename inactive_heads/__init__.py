@@ -68,6 +68,7 @@ __all__ = [
     "load_docs",
     "load_results",
     "lambada_passages",
+    "lm_eval_model",
     "load_model",
     "model_info",
     "official_models",
@@ -82,3 +83,12 @@ __all__ = [
     "unregister_score",
     "zero_heads_hook",
 ]
+
+
+def __getattr__(name: str):
+    # lm_eval_model needs the optional lm-eval extra: imported on first use, not with the package.
+    if name == "lm_eval_model":
+        from .lmeval import lm_eval_model
+
+        return lm_eval_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

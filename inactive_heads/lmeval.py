@@ -205,7 +205,7 @@ class InactiveHeadsLM(TemplateLM):
         *,
         backend: str | None = None,
         device: str | None = None,
-        dtype: str = "float32",
+        dtype: Any = "float32",
         batch_size: int | str = 8,
         max_batch_size: int | None = None,
         add_bos_token: bool | None = None,
@@ -275,6 +275,16 @@ class InactiveHeadsLM(TemplateLM):
         if add_special_tokens is None and has_bos_prefix(string, self.tokenizer.decode(self.prefix_token_id)):
             special["add_special_tokens"] = False
         return self.tokenizer.encode(string, **special)
+
+    def encode_request(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Context and continuation tokens of one log-likelihood request, as ``loglikelihood`` makes them."""
+        if context:
+            return self._encode_pair(context, continuation)
+        # An empty context conditions on the prefix token (BOS, else EOS), unless the continuation starts with it.
+        continuation_ids = self.tok_encode(continuation, add_special_tokens=False)
+        if continuation_ids[0] == self.prefix_token_id:
+            return continuation_ids[:1], continuation_ids[1:]
+        return [self.prefix_token_id], continuation_ids
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return self.tokenizer.apply_chat_template(
@@ -575,6 +585,123 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.argv = [sys.argv[0]] + args
     cli_evaluate()
 
+
+
+# ----------------------------------------------------------------------------------------------
+# lm-eval tasks as the toolkit's evaluation plans (sweeps over lm-eval tasks)
+
+LM_EVAL_PREFIX = "lm-eval:"
+
+
+def _task_manager(include_path: str | Path | Sequence[str | Path] | None = None):
+    from lm_eval.tasks import TaskManager
+
+    paths = [str(offline_tasks_dir())]
+    if include_path is not None:
+        paths += [str(p) for p in ([include_path] if isinstance(include_path, (str, Path)) else include_path)]
+    return TaskManager(include_path=paths)
+
+
+def plan_lm_eval_task(
+    model,
+    task: str,
+    *,
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    apply_chat_template: bool | None = None,
+    include_path: str | Path | Sequence[str | Path] | None = None,
+    fewshot_seed: int = 1234,
+    task_manager: Any = None,
+):
+    """An lm-eval multiple-choice task (or group) as an :class:`~inactive_heads.EvalPlan`.
+
+    ``task`` is an lm-eval task or group name, with or without the ``"lm-eval:"`` prefix. lm-eval
+    builds the requests (its prompts, few-shot examples with ``fewshot_seed`` as
+    ``simple_evaluate`` seeds them, its ``limit`` = first N documents of each task); they are
+    tokenized as :class:`InactiveHeadsLM` tokenizes them, and grouped into forward inputs as
+    :func:`~inactive_heads.plan_evaluation` does. So :func:`~inactive_heads.evaluate` and sweeps
+    run lm-eval tasks unchanged, and give the answers the ``inactive-heads`` model type gives.
+    Each question's ``subject`` is its lm-eval task name (e.g. ``mmlu_anatomy`` inside ``mmlu``).
+    ``apply_chat_template=None`` follows the toolkit's rule (on for chat models), with few-shot
+    examples as turns. Tasks are found among lm-eval's own, the offline configs of
+    :func:`offline_tasks_dir`, and ``include_path`` — or in ``task_manager`` (an lm-eval
+    ``TaskManager``) when given.
+    """
+    from .evaluate import EvalPlan
+    from .tasks import Choice, Request
+
+    name = task[len(LM_EVAL_PREFIX):] if task.startswith(LM_EVAL_PREFIX) else task
+    info = model_info(model)
+    lm = InactiveHeadsLM(model, progress=False)
+    chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
+    manager = task_manager if task_manager is not None else _task_manager(include_path)
+    if name not in manager.all_tasks:
+        raise ValueError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
+    leaves = manager.load([name])["tasks"]
+    requests: list[Request] = []
+    for leaf_name, leaf in sorted(leaves.items()):
+        if leaf.OUTPUT_TYPE != "multiple_choice":
+            raise ValueError(
+                f"lm-eval task {leaf_name!r} is {leaf.OUTPUT_TYPE}; sweeps take multiple-choice tasks "
+                "(run others through the inactive-heads lm-eval model type)"
+            )
+        if num_fewshot is not None:
+            leaf.set_config(key="num_fewshot", value=num_fewshot)
+        elif leaf.get_config("num_fewshot") is None:
+            leaf.set_config(key="num_fewshot", value=0)
+        leaf.set_fewshot_seed(seed=fewshot_seed)
+        leaf.build_all_requests(
+            limit=limit, apply_chat_template=chat, fewshot_as_multiturn=chat,
+            chat_template=lm.apply_chat_template if chat else None, tokenizer_name=lm.tokenizer_name if chat else "",
+        )
+        by_doc: dict[int, list] = {}
+        for instance in leaf.instances:
+            by_doc.setdefault(instance.doc_id, []).append(instance)
+        for doc_id, instances in sorted(by_doc.items()):
+            doc = instances[0].doc
+            texts = leaf.doc_to_choice(doc)
+            instances = sorted((i for i in instances if i.idx < len(texts)), key=lambda i: i.idx)
+            gold = leaf.doc_to_target(doc)
+            if isinstance(gold, str):
+                gold = texts.index(gold)
+            if not isinstance(gold, int):
+                raise ValueError(f"lm-eval task {leaf_name!r} document {doc_id} has several gold answers; not supported")
+            choices = []
+            for instance in instances:
+                context, continuation = instance.arguments
+                context_ids, continuation_ids = lm.encode_request(context, continuation)
+                norm = len(texts[instance.idx]) if isinstance(texts[instance.idx], str) else None
+                choices.append(Choice(tuple(context_ids), tuple(continuation_ids), continuation, norm))
+            requests.append(Request(f"{LM_EVAL_PREFIX}{name}", int(doc_id), leaf_name, tuple(choices), gold,
+                                    instances[0].arguments[0]))
+    index: dict[tuple[int, ...], int] = {}
+    inputs: list[list[int]] = []
+    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
+    truncated: set[int] = set()
+    for r, req in enumerate(requests):
+        for c, choice in enumerate(req.choices):
+            whole = choice.context_ids + choice.continuation_ids
+            if len(choice.continuation_ids) > lm.max_length:
+                raise ValueError(f"{name} document {req.doc_id} choice {c} has an answer longer than the model context")
+            key = whole[-(lm.max_length + 1):][:-1]
+            if len(whole) - 1 > lm.max_length:
+                truncated.add(r)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(inputs)
+                inputs.append(list(key))
+                targets.append([])
+            targets[i].append((r, c, len(key) - len(choice.continuation_ids), choice.continuation_ids))
+    config = {
+        "model": info.name,
+        "task": f"{LM_EVAL_PREFIX}{name}",
+        "lm_eval_version": lm_eval.__version__,
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "apply_chat_template": chat,
+        "fewshot_seed": fewshot_seed,
+    }
+    return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=len(truncated))
 
 
 def lm_eval_model(model: Any = DEFAULT_MODEL, ablation: AblationLike = None, **kwargs) -> InactiveHeadsLM:
