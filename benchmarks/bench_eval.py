@@ -1,16 +1,49 @@
-"""MMLU evaluation speed: plain, dynamic AHON (LN) ablation and static ablation, in one run.
+"""MMLU evaluation speed against lm-eval's Hugging Face backend, side by side in one run.
 
-The model is loaded once and the questions tokenized once; the three variants run interleaved for
-several rounds and the fastest round of each counts (this machine is shared and noisy). The last
-line printed is one JSON object with the ratios.
+Variants, all on the same questions, tokenized once, in the same length-sorted right-padded batches:
 
-    python benchmarks/bench_eval.py --model smollm2-135m
+- ``hf``: what lm-eval's HF backend does — ``AutoModelForCausalLM`` with its default attention, full
+  logits, ``log_softmax`` over the vocabulary, continuation log-probabilities summed;
+- ``plain``: this toolkit's evaluator (fast attention, no prefix reuse) and ``plain_reuse`` (with
+  the shared few-shot prefix computed once per subject);
+- ``dynamic_ahon_ln`` and ``dynamic_awft`` (reads the attention pattern), ``static``;
+- ``sweep_none`` / ``sweep_reuse``: baseline + AHON (LN) and AWFT at 3 thresholds each, without and
+  with prefix reuse (dynamic runs always recompute every input in full; see docs/gotchas.md).
+
+The machine may be shared: the variants run interleaved, round after round, so load falls on all
+of them alike, and the fastest round of each counts. The last line printed is one JSON object.
+
+    python benchmarks/bench_eval.py --model smollm2-135m --threads 2
 """
 
 import argparse
 import json
 import sys
+import time
 import warnings
+
+
+def hf_reference(hf_model, plan, batch_size):
+    """lm-eval 0.4.5 HF-backend arithmetic on the plan's batches; (log-likelihoods, seconds)."""
+    import torch
+
+    from inactive_heads.hooks import make_batches
+
+    lls = [[0.0] * len(req.choices) for req in plan.requests]
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in make_batches(plan.inputs, batch_size):
+            logits = hf_model(input_ids=batch.tokens, attention_mask=batch.valid.long()).logits
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            for row, i in enumerate(batch.indices.tolist()):
+                for r, c, first, cont in plan.targets[i]:
+                    positions = torch.arange(first, first + len(cont))
+                    lls[r][c] += float(logprobs[row, positions, torch.tensor(cont)].sum())
+    return lls, time.perf_counter() - start
+
+
+def max_abs_diff(a, b) -> float:
+    return max(abs(x - y) for la, lb in zip(a, b) for x, y in zip(la, lb))
 
 
 def main():
@@ -19,49 +52,95 @@ def main():
     parser.add_argument("--subjects", nargs="+", default=["anatomy", "astronomy"])
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threshold", type=float, default=0.5, help="AHON (LN) threshold for the dynamic run")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ahon-ln", type=float, nargs=3, default=[0.3, 0.5, 0.7], help="AHON (LN) thresholds")
+    parser.add_argument("--awft", type=float, nargs=3, default=[0.95, 0.9, 0.8], help="AWFT thresholds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+
+    import torch
+    from transformers import AutoModelForCausalLM
 
     import inactive_heads as ih
     from inactive_heads.ablation import DynamicAblation, StaticAblation
     from inactive_heads.evaluate import evaluate, plan_evaluation
 
+    torch.set_num_threads(args.threads)
     model = ih.load_model(args.model, progress=False)
     info = ih.model_info(model)
+    hf_model = AutoModelForCausalLM.from_pretrained(info.source, dtype=torch.float32).eval()
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit)
     static_heads = [(l, h) for l in range(info.n_layers) for h in range(0, info.n_heads, 4)]
+    sweep = [None] + [DynamicAblation("ahon_ln", t).spec for t in args.ahon_ln] + [
+        DynamicAblation("awft", t).spec for t in args.awft]
+
+    def run(ablation=None, reuse=False):
+        return evaluate(model, plan, ablation=ablation, batch_size=args.batch_size, progress=False,
+                        reuse_prefix=reuse)
+
+    def run_sweep(reuse):
+        start = time.perf_counter()
+        results = [run(spec, reuse) for spec in sweep]
+        return results, time.perf_counter() - start
+
     variants = {
-        "plain": lambda: None,
-        "dynamic": lambda: DynamicAblation("ahon_ln", args.threshold),
-        "static": lambda: StaticAblation(static_heads),
+        "hf": lambda: hf_reference(hf_model, plan, args.batch_size),
+        "plain": lambda: run(),
+        "plain_reuse": lambda: run(reuse=True),
+        "dynamic_ahon_ln": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1])),
+        "dynamic_awft": lambda: run(DynamicAblation("awft", args.awft[1])),
+        "static": lambda: run(StaticAblation(static_heads), reuse=True),
+        "sweep_none": lambda: run_sweep(False),
+        "sweep_reuse": lambda: run_sweep(True),
     }
-    best: dict[str, object] = {}
+    best: dict[str, float] = {}
+    out: dict[str, object] = {}
     for round_ in range(args.rounds):
         for name, make in variants.items():
-            res = evaluate(model, plan, ablation=make(), batch_size=args.batch_size, progress=False)
-            print(f"round {round_ + 1} {name:8s} {res.seconds:7.2f} s  {res.questions_per_s:6.2f} q/s  "
-                  f"acc {res.accuracy_percent:5.1f}%  zeroed {100 * res.realized_fraction:5.2f}%", file=sys.stderr)
-            if name not in best or res.seconds < best[name].seconds:
-                best[name] = res
-    plain = best["plain"]
-    print(f"\n{args.model}: MMLU {', '.join(args.subjects)} (limit {args.limit}/subject), n={plain.n}, "
-          f"batch size {args.batch_size}, best of {args.rounds}")
-    print(f"{'variant':9s} {'seconds':>8s} {'q/s':>7s} {'x plain':>8s} {'acc %':>6s} {'zeroed %':>9s}")
-    for name, res in best.items():
-        print(f"{name:9s} {res.seconds:8.2f} {res.questions_per_s:7.2f} {res.seconds / plain.seconds:8.2f} "
-              f"{res.accuracy_percent:6.1f} {100 * res.realized_fraction:9.2f}")
+            value = make()
+            seconds = value[1] if isinstance(value, tuple) else value.seconds
+            print(f"round {round_ + 1} {name:16s} {seconds:8.2f} s", file=sys.stderr, flush=True)
+            if name not in best or seconds < best[name]:
+                best[name] = seconds
+            out[name] = value[0] if isinstance(value, tuple) else value
+
+    n = plain_n = out["plain"].n
+    qps = {name: n / s for name, s in best.items() if not name.startswith("sweep")}
+    hf_lls = out["hf"]
+    sweep_none, sweep_reuse = out["sweep_none"], out["sweep_reuse"]
+    identical = all(a.correct == b.correct and a.realized_fraction == b.realized_fraction
+                    for a, b in zip(sweep_none, sweep_reuse))
+    reused = sum(r.prefix_reuse["inputs_reused"] for r in sweep_reuse)
+    total = sum(r.prefix_reuse["n_inputs"] for r in sweep_reuse)
+    print(f"\n{args.model}: MMLU {', '.join(args.subjects)} (limit {args.limit}/subject), n={plain_n}, "
+          f"batch size {args.batch_size}, {args.threads} threads, best of {args.rounds} interleaved rounds")
+    print(f"{'variant':16s} {'seconds':>8s} {'q/s':>7s} {'x hf q/s':>9s}")
+    for name, s in best.items():
+        ratio = f"{qps[name] / qps['hf']:9.2f}" if name in qps else f"{'':9s}"
+        print(f"{name:16s} {s:8.2f} {n / s if name in qps else float('nan'):7.2f} {ratio}")
     print(json.dumps({
         "model": args.model,
-        "n_questions": plain.n,
+        "n_questions": plain_n,
         "batch_size": args.batch_size,
-        "questions_per_s_plain": round(plain.questions_per_s, 3),
-        "questions_per_s_dynamic": round(best["dynamic"].questions_per_s, 3),
-        "questions_per_s_static": round(best["static"].questions_per_s, 3),
-        "ratio_wall_dynamic_vs_plain": round(best["dynamic"].seconds / plain.seconds, 3),
-        "ratio_wall_static_vs_plain": round(best["static"].seconds / plain.seconds, 3),
-        "realized_percent_dynamic": round(100 * best["dynamic"].realized_fraction, 2),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "questions_per_s": {k: round(v, 3) for k, v in qps.items()},
+        "ratio_qps_plain_vs_hf": round(qps["plain"] / qps["hf"], 3),
+        "ratio_qps_plain_reuse_vs_hf": round(qps["plain_reuse"] / qps["hf"], 3),
+        "ratio_qps_dynamic_vs_hf": round(qps["dynamic_ahon_ln"] / qps["hf"], 3),
+        "ratio_qps_dynamic_awft_vs_hf": round(qps["dynamic_awft"] / qps["hf"], 3),
+        "ratio_qps_static_vs_hf": round(qps["static"] / qps["hf"], 3),
+        # speed-up of the sweep from prefix reuse: wall without / wall with (goal: >= 2)
+        "ratio_wall_sweep_reuse_vs_none": round(best["sweep_none"] / best["sweep_reuse"], 3),
+        "wall_sweep_s": {"none": round(best["sweep_none"], 2), "reuse": round(best["sweep_reuse"], 2)},
+        "prefix_reuse_hit_rate": round(reused / total, 3),
+        "sweep_records_identical": identical,
+        "sweep_max_abs_dll_reuse_vs_none": max(max_abs_diff(a.loglikelihoods, b.loglikelihoods)
+                                               for a, b in zip(sweep_none, sweep_reuse)),
+        "plain_answers_equal_hf": out["plain"].correct == [
+            max(range(len(ll)), key=ll.__getitem__) == req.gold for ll, req in zip(hf_lls, plan.requests)],
+        "plain_max_abs_dll_vs_hf": max_abs_diff(out["plain"].loglikelihoods, hf_lls),
     }))
 
 

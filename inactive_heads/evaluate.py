@@ -9,15 +9,18 @@ denominator of the realized fraction zeroed.
 
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import AblationSpec, HeadAblation
-from .hooks import HeadHookRunner, make_batches, model_device
+from .ablation import AblationSpec, HeadAblation, zero_heads_hook
+from .fast_attention import PrefixKV, compute_prefix, fast_attention, using_prefix
+from .hooks import HeadHookRunner, hook_name, make_batches, model_device
 from .models import model_info
+from .prefix import group_by_prefix, prefix_tokens, supports_prefix_reuse
 from .recording import ScoreRecorder, scores_metadata, toolkit_version
 from .scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
@@ -160,6 +163,8 @@ class EvalResult:
     seconds: float = 0.0
     # HeadScores recorded in this pass (``evaluate(..., record=[...])``); not part of to_dict().
     head_scores: Any = field(default=None, repr=False, compare=False)
+    # What prefix reuse did in this pass (evaluate's ``reuse_prefix``); not part of to_dict().
+    prefix_reuse: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def accuracy_percent(self) -> float:
@@ -172,6 +177,7 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("head_scores")
+        d.pop("prefix_reuse", None)
         return d
 
     @classmethod
@@ -211,6 +217,116 @@ def _logits_at(model, tokens, valid, rows, positions):
     return model(tokens, attention_mask=mask)[rows, positions]
 
 
+@dataclass
+class _Pass:
+    """What one evaluation pass installs: hook runners fed every batch, the ablation, the recorder."""
+
+    hooks: list
+    runners: list
+    ablation: HeadAblation | None
+    recorder: ScoreRecorder | None
+    lls: list[list[float]]
+
+
+def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record) -> _Pass:
+    """Reset the ablation's counts and build the hooks (ablation, and score recording if asked)."""
+    info = model_info(model)
+    runners = []
+    if abl is not None:
+        abl.reset(model)
+        runners.append(abl.runner(model))
+    recorder = None
+    if record:
+        if abl is not None:
+            raise ValueError("record= records scores of the unablated model; pass it without ablation")
+        recorder = ScoreRecorder(resolve_scores(list(record)), len(plan.inputs), info.n_layers, info.n_heads,
+                                 sequence_ids=plan.sequence_ids)
+        runners.append(HeadHookRunner(model, recorder.on_layer, reads=recorder.reads))
+    hooks = [hook for runner in runners for hook in runner.fwd_hooks()]
+    lls = [[0.0] * len(req.choices) for req in plan.requests]
+    return _Pass(hooks, runners, abl, recorder, lls)
+
+
+def _batch_targets(plan: EvalPlan, indices: list[int], offset: int = 0):
+    """(row, position) pairs to score in a batch of plan inputs, and each pair's (request, choice,
+    token). ``offset`` = tokens of a reused prefix left out of the batch."""
+    rows, positions, owners = [], [], []
+    for row, i in enumerate(indices):
+        for r, c, first, cont in plan.targets[i]:
+            for k, token in enumerate(cont):
+                rows.append(row)
+                positions.append(first + k - offset)
+                owners.append((r, c, token))
+    return rows, positions, owners
+
+
+def _score_batch(model, plan: EvalPlan, run: _Pass, batch, indices: torch.Tensor, offset: int = 0) -> None:
+    """Forward one right-padded batch and add its continuation log-probabilities to ``run.lls``."""
+    for runner in run.runners:
+        runner.set_batch(batch.valid, plan.global_ids(indices))
+    device = batch.tokens.device
+    rows, positions, owners = _batch_targets(plan, indices.tolist(), offset)
+    logits = _logits_at(
+        model, batch.tokens, batch.valid,
+        torch.tensor(rows, device=device), torch.tensor(positions, device=device),
+    )
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=device)]
+    if not torch.isfinite(picked).all():
+        raise FloatingPointError(f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32")
+    for (r, c, _), lp in zip(owners, picked.tolist()):
+        run.lls[r][c] += lp
+
+
+def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_size: int, bar,
+                prefix: PrefixKV | None = None) -> None:
+    """Score plan inputs ``members`` in length-sorted batches (after ``prefix``'s tokens, if given)."""
+    offset = prefix.length if prefix is not None else 0
+    sequences = [plan.inputs[i][offset:] for i in members]
+    reuse = using_prefix(model, prefix) if prefix is not None else nullcontext()
+    with model.hooks(fwd_hooks=run.hooks), reuse:
+        for batch in make_batches(sequences, batch_size, device=model_device(model)):
+            indices = torch.tensor([members[j] for j in batch.indices.tolist()], dtype=torch.long)
+            _score_batch(model, plan, run, batch, indices, offset)
+            bar.update(len(indices))
+
+
+def _prefix_hooks(abl: HeadAblation | None) -> list:
+    """Hooks for computing a shared prefix: a static ablation's zeroing, without its counting."""
+    if abl is None:
+        return []
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in abl.heads:
+        by_layer.setdefault(layer, []).append(head)
+    return [(hook_name(layer, "z"), zero_heads_hook(heads)) for layer, heads in by_layer.items()]
+
+
+def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_prefix: bool,
+             attention: str) -> dict[str, Any]:
+    """Score every plan input; with ``reuse_prefix``, inputs sharing a long prefix (an MMLU
+    subject's few-shot examples) compute it once. Returns what the reuse did."""
+    if attention not in ("fast", "exact", "eager"):
+        raise ValueError(f"attention must be 'fast', 'exact' or 'eager', got {attention!r}")
+    with fast_attention(model, enabled=attention != "eager", fused=attention == "fast") as fast, \
+            torch.inference_mode():
+        reuse = fast and reuse_prefix and run.recorder is None and supports_prefix_reuse(model, run.ablation)
+        every = list(range(len(plan.inputs)))
+        if not reuse:
+            _run_inputs(model, plan, run, every, batch_size, bar)
+            return {"used": False, "inputs_reused": 0, "n_inputs": len(every), "prefix_tokens_saved": 0}
+        limits = [min(first for _, _, first, _ in targets) for targets in plan.targets]
+        groups, alone = group_by_prefix(plan.inputs, limits)
+        if alone:
+            _run_inputs(model, plan, run, alone, batch_size, bar)
+        for group in groups:
+            with model.hooks(fwd_hooks=_prefix_hooks(run.ablation)):
+                kv = compute_prefix(model, prefix_tokens(group, model_device(model)))
+            _run_inputs(model, plan, run, group.members, batch_size, bar, prefix=kv)
+    reused = sum(len(g.members) for g in groups)
+    return {"used": True, "groups": len(groups), "inputs_reused": reused, "n_inputs": len(every),
+            "prefix_tokens_saved": sum(g.length * (len(g.members) - 1) for g in groups)}
+
+
 def evaluate(
     model,
     task: str | EvalPlan,
@@ -225,6 +341,8 @@ def evaluate(
     source: str | None = None,
     record: Sequence[str] | None = None,
     record_description: str | None = None,
+    reuse_prefix: bool = False,
+    attention: str = "fast",
 ) -> EvalResult:
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
@@ -239,68 +357,30 @@ def evaluate(
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
     same pass (``result.head_scores``, as :func:`record_scores` would on ``plan.inputs``).
+    A ``HookedTransformer`` runs PyTorch's fused attention wherever nothing reads the attention
+    pattern (:mod:`inactive_heads.fast_attention`; ``attention="exact"`` computes the pattern
+    eagerly in every layer, the same operations as TransformerLens, a little slower;
+    ``attention="eager"`` runs TransformerLens's own attention). ``reuse_prefix=True``: plain and static runs compute a prefix
+    shared by many inputs (MMLU few-shot examples) once (:mod:`inactive_heads.prefix`; the same
+    numbers up to float rounding, not to the bit); dynamic and random runs always compute every
+    input in full. ``result.prefix_reuse`` says what was reused.
     """
-    if isinstance(task, EvalPlan):
-        plan = task
-    else:
-        plan = plan_evaluation(
-            model,
-            task,
-            subjects=subjects,
-            limit=limit,
-            num_fewshot=num_fewshot,
-            apply_chat_template=apply_chat_template,
-            source=source,
-        )
+    plan = task if isinstance(task, EvalPlan) else plan_evaluation(
+        model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
+        apply_chat_template=apply_chat_template, source=source,
+    )
     abl = _as_ablation(ablation)
     info = model_info(model)
-    device = model_device(model)
-    lls = [[0.0] * len(req.choices) for req in plan.requests]
     bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.spec.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)
     start = time.perf_counter()
-    hooks = []
-    runners = []
-    if abl is not None:
-        abl.reset(model)
-        runners.append(abl.runner(model))
-    recorder = None
-    if record:
-        if abl is not None:
-            raise ValueError("record= records scores of the unablated model; pass it without ablation")
-        recorder = ScoreRecorder(resolve_scores(list(record)), len(plan.inputs), info.n_layers, info.n_heads,
-                                 sequence_ids=plan.sequence_ids)
-        runners.append(HeadHookRunner(model, recorder.on_layer, reads=recorder.reads))
-    for runner in runners:
-        hooks += runner.fwd_hooks()
-    with model.hooks(fwd_hooks=hooks), torch.inference_mode():
-        for batch in make_batches(plan.inputs, batch_size, device=device):
-            for runner in runners:
-                runner.set_batch(batch.valid, plan.global_ids(batch.indices))
-            rows, positions, owners = [], [], []
-            for row, i in enumerate(batch.indices.tolist()):
-                for r, c, first, cont in plan.targets[i]:
-                    for k, token in enumerate(cont):
-                        rows.append(row)
-                        positions.append(first + k)
-                        owners.append((r, c, token))
-            logits = _logits_at(
-                model, batch.tokens, batch.valid,
-                torch.tensor(rows, device=device), torch.tensor(positions, device=device),
-            )
-            logprobs = torch.log_softmax(logits.float(), dim=-1)
-            picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=device)]
-            if not torch.isfinite(picked).all():
-                raise FloatingPointError(
-                    f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32"
-                )
-            for (r, c, _), lp in zip(owners, picked.tolist()):
-                lls[r][c] += lp
-            bar.update(len(batch.indices))
+    run = _prepare_pass(model, plan, abl, record)
+    reuse_info = _run_all(model, plan, run, batch_size, bar, reuse_prefix, attention)
     bar.close()
     seconds = time.perf_counter() - start
-    result = summarize(plan, lls, stats=abl.stats if abl is not None else None)
+    result = summarize(plan, run.lls, stats=abl.stats if abl is not None else None)
     result.seconds = round(seconds, 3)
+    result.prefix_reuse = reuse_info
     result.config = {
         **plan.config,
         "batch_size": batch_size,
@@ -309,9 +389,9 @@ def evaluate(
         "backend": info.backend,
         "toolkit_version": toolkit_version(),
     }
-    if recorder is not None:
-        result.head_scores = recorder.result(scores_metadata(
-            model, [f.key for f in recorder.functions], plan.inputs, description=record_description,
+    if run.recorder is not None:
+        result.head_scores = run.recorder.result(scores_metadata(
+            model, [f.key for f in run.recorder.functions], plan.inputs, description=record_description,
             batch_size=batch_size, seed=0, seconds=seconds))
     return result
 

@@ -11,10 +11,12 @@ only while the block runs, a forward that
   ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
 - runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding mask, grouped KV heads
   without copies) when no hook is attached to that layer's ``hook_pattern``/``hook_attn_scores``;
-- otherwise, when ``hook_pattern`` is read, computes the pattern eagerly but cheaper (queries
-  scaled instead of scores, one additive mask per forward, grouped heads by a reshape, no copies),
-  fires ``hook_pattern`` with the same ``[batch, head, query, key]`` tensor, and uses the pattern a
-  hook returns;
+- otherwise, when ``hook_pattern`` is hooked, computes the pattern eagerly but cheaper (queries
+  scaled instead of scores, one additive mask per forward, grouped heads by a reshape, no copies)
+  and fires ``hook_pattern`` with the same ``[batch, head, query, key]`` tensor; z then comes from
+  the pattern the hooks return, except when every hook is marked :func:`read_only` (the toolkit's
+  score and ablation hooks are): then z comes from the fused kernel, so reading the pattern never
+  changes the numbers;
 - fires ``hook_z`` on ``[batch, pos, head, d_head]`` and applies ``W_O`` as before, so ablation
   at ``hook_z`` is unchanged.
 
@@ -81,6 +83,7 @@ class _State:
         self.layers = layers  # id(attention module) -> layer index
         self.capture: PrefixKV | None = None
         self.prefix: PrefixKV | None = None
+        self.fused = True  # False: z from the eager pattern wherever hook_pattern is hooked
         self._key = None
         self._value = None
 
@@ -110,40 +113,80 @@ class _State:
         return value
 
 
+READ_ONLY = "_inactive_heads_read_only"
+
+
+def read_only(hook_fn):
+    """Mark a hook function as one that never changes its activation (it returns None, edits nothing)."""
+    setattr(hook_fn, READ_ONLY, True)
+    return hook_fn
+
+
+def _read_only(hook_point) -> bool:
+    """True when every forward hook on ``hook_point`` wraps a function marked :func:`read_only`."""
+    if hook_point._forward_pre_hooks or hook_point._backward_hooks:
+        return False
+    for wrapper in hook_point._forward_hooks.values():
+        cells = getattr(wrapper, "__closure__", None) or ()
+        marked = False
+        for cell in cells:
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(content) and getattr(content, READ_ONLY, False):
+                marked = True
+                break
+        if not marked and not getattr(wrapper, READ_ONLY, False):
+            return False
+    return True
+
+
 def _hooked(hook_point) -> bool:
     return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
+
+
+def _fused(self, qh, kh, vh, allowed, group: int) -> Tensor:
+    if allowed is None and kh.shape[2] != qh.shape[2]:
+        raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
+    return F.scaled_dot_product_attention(
+        qh, kh.to(qh.dtype), vh.to(qh.dtype), attn_mask=allowed, is_causal=allowed is None,
+        scale=1.0 / self.attn_scale, enable_gqa=group > 1,
+    )
 
 
 def _attention(
     self, q: Float[Tensor, "batch pos head d_head"], k: Tensor, v: Tensor, state: _State, attention_mask
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """z for one layer: fused SDPA, or an eager pattern that still fires ``hook_pattern``."""
+    """z for one layer from the fused kernel; where ``hook_pattern`` is hooked, the pattern is also
+    computed eagerly and handed to the hooks, and z comes from it unless every hook is marked
+    :func:`read_only` (so a run that only reads the pattern gives the same z, to the bit, as one
+    that does not read it)."""
     b, n, n_heads, d_head = q.shape
     n_keys, n_kv = k.shape[1], k.shape[2]
     group = n_heads // n_kv
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, head, pos, d]
     allowed, additive, _ = state.masks(attention_mask, n, q.device, q.dtype)
-    if not _hooked(self.hook_pattern):
-        if allowed is None and n_keys != n:
-            raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
-        z = F.scaled_dot_product_attention(
-            qh, kh.to(qh.dtype), vh.to(qh.dtype), attn_mask=allowed, is_causal=allowed is None,
-            scale=1.0 / self.attn_scale, enable_gqa=group > 1,
-        )
-        return z.transpose(1, 2)
-    if n_keys != n:
+    hooked = _hooked(self.hook_pattern)
+    if state.fused and not hooked:
+        return _fused(self, qh, kh, vh, allowed, group).transpose(1, 2)
+    if n_keys != n and hooked:
         raise RuntimeError("hook_pattern cannot be served with a reused prefix; evaluate without prefix reuse")
     # Eager, grouped: query heads of one KV head stacked along the query axis (no K/V copies).
     qg = (qh / self.attn_scale).reshape(b, n_kv, group * n, d_head)
-    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n)
+    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n_keys)
     if additive is None:
+        if n_keys != n:
+            raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
         causal = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
         scores = scores.masked_fill(causal, float("-inf"))
     else:
         scores = scores + additive
     pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+    if state.fused and _read_only(self.hook_pattern):
+        return _fused(self, qh, kh, vh, allowed, group).transpose(1, 2)
     pattern = pattern.to(device=v.device, dtype=v.dtype)
-    z = (pattern.reshape(b, n_kv, group * n, n) @ vh).view(b, n_heads, n, d_head)
+    z = (pattern.reshape(b, n_kv, group * n, n_keys) @ vh).view(b, n_heads, n, d_head)
     return z.transpose(1, 2)
 
 
@@ -198,8 +241,12 @@ def _fast_forward(
 
 
 @contextmanager
-def fast_attention(model, enabled: bool = True):
+def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     """Use the fast attention forward on ``model`` inside the block; yields whether it is on.
+
+    ``fused=False`` computes every layer's pattern with the grouped eager path instead of the
+    fused kernel: a little slower, and the same operations as TransformerLens in the same order
+    (bit-identical logits where the attention scale is a power of two, e.g. d_head 64).
 
     >>> with fast_attention(model):                # doctest: +SKIP
     ...     logits = model(tokens, attention_mask=mask)
@@ -215,6 +262,7 @@ def fast_attention(model, enabled: bool = True):
         return
     attns = [block.attn for block in model.blocks]
     state = _State({id(attn): layer for layer, attn in enumerate(attns)})
+    state.fused = fused
     previous = [attn.__dict__.get("forward") for attn in attns]
     setattr(model, _MARK, state)
     try:

@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from .fast_attention import fast_attention, read_only
 from .models import model_info
 from .scores import LayerActivations
 
@@ -64,6 +65,7 @@ before each forward; without it every position counts as real.
         self._sequence_ids = sequence_ids
 
     def _hold(self, key: str):
+        @read_only
         def hook(activation: Tensor, hook) -> None:
             self._held[key] = activation
 
@@ -107,10 +109,14 @@ before each forward; without it every position counts as real.
 
 
 def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False) -> Tensor | None:
-    """Forward a right-padded batch with its attention mask; logits, or None if stopped early."""
+    """Forward a right-padded batch with its attention mask; logits, or None if stopped early.
+
+    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention`: fused
+    attention in layers where nothing reads the pattern, the same hooks firing.
+    """
     mask = valid.to(dtype=torch.long, device=tokens.device)
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), fast_attention(model):
             return model(tokens, attention_mask=mask)
     except StopForward:
         if not stop_early:

@@ -11,6 +11,7 @@ from inactive_heads.ablation import zero_heads_hook
 from inactive_heads.fast_attention import (
     compute_prefix,
     fast_attention,
+    read_only,
     supports_fast_attention,
     using_prefix,
 )
@@ -44,6 +45,13 @@ def test_fused_logits_equal_eager_on_padded_gqa_batch(model, batch):
     assert (ref - fast)[batch.valid].abs().max() <= TOL
     # and the patch is gone afterwards: the module's own forward runs again
     assert all("forward" not in block.attn.__dict__ for block in model.blocks)
+
+
+def test_unfused_path_equals_eager_to_rounding(model, batch):
+    ref = _forward(model, batch)
+    with fast_attention(model, fused=False):
+        out = _forward(model, batch)
+    assert (ref - out)[batch.valid].abs().max() <= 1e-5
 
 
 def test_hooks_fire_with_eager_values(model, batch):
@@ -81,6 +89,27 @@ def test_pattern_replaced_by_a_hook_is_used(model, batch):
         _forward(model, batch)
     assert zs["z"][:, :, 2].abs().max() == 0.0
     assert zs["z"][:, :, 1].abs().max() > 0.0
+
+
+def test_read_only_pattern_hooks_leave_z_bit_identical_and_in_place_edits_count(model, batch):
+    """A read-only pattern hook sees the eager pattern and changes no number; an unmarked hook that
+    edits the pattern in place (returning None) is honoured, as in TransformerLens."""
+    with fast_attention(model):
+        plain = _forward(model, batch)
+        seen = []
+        reader = read_only(lambda p, hook: seen.append(p.sum().item()))
+        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", reader)]):
+            read = _forward(model, batch)
+
+        def in_place(p, hook):
+            p[:, 3] = 0.0
+
+        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", in_place)]):
+            edited = _forward(model, batch)
+    # each real query row of each head sums to 1; pad rows too (they see the real keys)
+    assert seen and abs(seen[0] - 6 * batch.tokens.numel()) < 1e-2
+    assert torch.equal(read, plain)
+    assert (edited - plain)[batch.valid].abs().max() > 1e-3
 
 
 def test_attn_scores_hook_falls_back_to_transformer_lens(model, batch):
