@@ -111,12 +111,24 @@ FAMILIES = (
 )
 
 
-def save_tiny_family(family: str, directory, tokenizer, *, seed: int = 0):
+TINY_VOCAB = 512  # the tiny models' vocabulary: the first ids of the tokenizer they are saved with
+
+
+def save_tiny_family(family: str, directory, tokenizer, *, seed: int = 0, vocab_size: int = TINY_VOCAB):
     """Build a tiny random-weight model of ``family``, perturb its biases and norm weights (so a
-    dropped one shows in the logits), and save it with ``tokenizer`` to ``directory``."""
+    dropped one shows in the logits), and save it with ``tokenizer`` to ``directory``.
+
+    The model's vocabulary is the tokenizer's first ``vocab_size`` ids (small embeddings keep
+    saving and loading fast); inputs must use ids below it."""
     from transformers import AutoModelForCausalLM
 
-    config = _family_configs(len(tokenizer))[family]
+    special = [i for i in (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) if i is not None]
+    assert max(special, default=0) < vocab_size, "the tokenizer's special ids must fit the vocabulary"
+    config = _family_configs(vocab_size)[family]
+    # The tokenizer's special ids, not the family's defaults (Phi-3's pad id 32000 is past the vocabulary).
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = (
+        tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     gen = torch.Generator().manual_seed(seed + 1)

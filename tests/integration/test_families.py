@@ -20,7 +20,7 @@ import re
 import pytest
 import torch
 from reference_scores import reference_scores
-from tiny import FAMILIES, save_tiny_family
+from tiny import FAMILIES, TINY_VOCAB, save_tiny_family
 
 import inactive_heads as ih
 from inactive_heads import models
@@ -58,7 +58,7 @@ def family_dirs(tmp_path_factory):
 
 def _sequences(n_tokens=(N_TOKENS, 13, 5), seed=0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(100, 40000, (n,), generator=gen).tolist() for n in n_tokens]
+    return [torch.randint(3, TINY_VOCAB, (n,), generator=gen).tolist() for n in n_tokens]
 
 
 def _hf_eager(directory):
