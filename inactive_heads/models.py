@@ -278,6 +278,10 @@ def _lm_eval_prepend_bos(family: str) -> bool:
     return family.lower().startswith("gemma")
 
 
+# Substrings of a name or path that make TransformerLens 3.9 ignore config.json (its fixed configs).
+_TL_NAME_TRIGGERS = ("llama", "gemma")
+
+
 def _hooked_config(local_dir: Path, official_name: str, dtype: torch.dtype, n_ctx: int | None):
     """A ``HookedTransformerConfig`` built from the directory's ``config.json`` alone.
 
@@ -289,6 +293,11 @@ def _hooked_config(local_dir: Path, official_name: str, dtype: torch.dtype, n_ct
 
     with tempfile.TemporaryDirectory(prefix="ih-cfg-") as tmp:
         neutral = Path(tmp) / "model"
+        if any(word in str(neutral).lower() for word in _TL_NAME_TRIGGERS):
+            raise ModelLoadError(
+                f"the temporary directory {tmp} contains one of {', '.join(_TL_NAME_TRIGGERS)}, which "
+                "TransformerLens reads as a model name; set TMPDIR to a path without them"
+            )
         neutral.mkdir()
         shutil.copyfile(local_dir / "config.json", neutral / "config.json")
         cfg = loading.get_pretrained_model_config(str(neutral), fold_ln=False, dtype=dtype)

@@ -5,6 +5,7 @@ with small temp files, and ``INACTIVE_HEADS_CACHE`` points at a temp directory.
 """
 
 import hashlib
+import tempfile
 import re
 from pathlib import Path
 
@@ -330,4 +331,17 @@ def test_unreadable_config_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
     with pytest.raises(ModelLoadError, match=r"cannot read .*config\.json .*pass a directory written by save_pretrained") as err:
         load_model(str(tmp_path), progress=False)
+    one_line(err)
+
+
+def test_a_temporary_directory_named_like_a_model_is_refused(tmp_path, monkeypatch):
+    """TransformerLens reads "llama" in any path as the model's name: the config copy it is given
+    must live elsewhere, or loading stops with a one-line error (never TL's fixed config)."""
+    odd = tmp_path / "llama-scratch"
+    odd.mkdir()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with pytest.raises(ModelLoadError, match=r"set TMPDIR to a path without them") as err:
+        models._hooked_config(tmp_path / "model", "x", torch.float32, None)
     one_line(err)
