@@ -164,13 +164,15 @@ def write_compare(table: pd.DataFrame, out: str | os.PathLike, *, tolerance: flo
 def _markdown(table: pd.DataFrame) -> str:
     cols = list(table.columns)
 
-    def cell(v):
+    def cell(col, v):
         if isinstance(v, float):
-            return "-" if v != v else f"{v:.2f}"
+            if v != v:
+                return "-"
+            return f"{v:g}" if col.startswith("rank_") else f"{v:.2f}"
         return str(v)
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(cols, row)) + " |" for row in table.itertuples(index=False)]
     return "\n".join(lines)
 
 
