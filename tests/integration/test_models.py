@@ -10,6 +10,8 @@ installs them, and each converts once (about 20 s, 75 s and 60 s), then loads in
 
 import gc
 
+from pathlib import Path
+
 import pytest
 import torch
 from reference_scores import reference_scores
@@ -131,13 +133,22 @@ def test_both_backends_agree(smollm2_hooked, smollm2_bridge, smollm2_reference):
         torch.testing.assert_close(hooked[name], bridge[name], atol=1e-5, rtol=1e-4)
 
 
-def test_second_load_reuses_the_conversion(smollm2_hooked):
+def test_second_load_reuses_the_conversion(smollm2_hooked, monkeypatch):
     """Loading again (default backend: auto) reads the cached HF directory and builds the same
-    HookedTransformer; nothing is converted twice."""
+    HookedTransformer; nothing is converted twice (a spy on the conversion's GGUF step)."""
     from transformer_lens import HookedTransformer
 
+    from inactive_heads import gguf
+
+    def spy(*args, **kwargs):
+        raise AssertionError("the GGUF was converted again")
+
+    monkeypatch.setattr(gguf, "_assemble_gguf", spy)
     info = model_info(smollm2_hooked)
+    marker = Path(info.source) / "CONVERTED.json"
+    before = marker.stat().st_mtime_ns
     again = load_model("smollm2-135m", progress=False)
+    assert marker.stat().st_mtime_ns == before
     assert isinstance(again, HookedTransformer)
     assert model_info(again).extra["backend_requested"] == "auto"
     assert model_info(again).source == info.source
