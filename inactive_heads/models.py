@@ -418,6 +418,13 @@ def load_model(
 
     dtype_auto = dtype is None or (isinstance(dtype, str) and dtype.lower() == "auto")
     device, dtype = check_device_dtype(device, torch.float32 if dtype_auto else dtype, n_devices=n_devices)
+    if n_devices != 1:
+        # TransformerLens 3.9 moves every HookedTransformer block to one device, and a split
+        # model could not be tested here: refuse rather than run something unverified.
+        raise ValueError(
+            f"n_devices={n_devices}: splitting a model's layers over several devices is not supported; "
+            "load it on one device (n_devices=1; a 14B model in bfloat16 needs about 30 GB)"
+        )
     if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
         raise ValueError(f"n_ctx must be a positive integer, got {n_ctx!r}")
     local_dir, official_name = resolve_model_dir(spec, progress=progress)

@@ -345,3 +345,13 @@ def test_a_temporary_directory_named_like_a_model_is_refused(tmp_path, monkeypat
     with pytest.raises(ModelLoadError, match=r"set TMPDIR to a path without them") as err:
         models._hooked_config(tmp_path / "model", "x", torch.float32, None)
     one_line(err)
+
+
+def test_several_devices_are_refused_in_one_line(monkeypatch):
+    """Layer splitting is not supported: a one-line error, not a model silently on one device."""
+    from inactive_heads import devices
+
+    monkeypatch.setattr(devices, "check_device_dtype", lambda device, dtype, **kw: ("cuda:0", torch.float32))
+    with pytest.raises(ValueError, match=r"n_devices=2: splitting a model's layers over several devices is not supported") as err:
+        load_model("smollm2-135m", device="cuda", n_devices=2, progress=False)
+    one_line(err)
