@@ -48,10 +48,12 @@ def shared_models(monkeypatch):
 
     real = models.load_model
 
-    def load_model(spec=models.DEFAULT_MODEL, *, backend="hooked", dtype="float32", device=None, progress=True):
-        key = (spec, backend, str(models.resolve_dtype(dtype)), device)
+    def load_model(spec=models.DEFAULT_MODEL, *, backend="auto", dtype="float32", device=None, n_ctx=None,
+                   n_devices=1, progress=True):
+        key = (spec, backend, str(dtype).removeprefix("torch."), device, n_ctx, n_devices)
         if key not in _MODELS:
-            _MODELS[key] = real(spec, backend=backend, dtype=dtype, device=device, progress=progress)
+            _MODELS[key] = real(spec, backend=backend, dtype=dtype, device=device, n_ctx=n_ctx,
+                                n_devices=n_devices, progress=progress)
         return _MODELS[key]
 
     monkeypatch.setattr(models, "load_model", load_model)
