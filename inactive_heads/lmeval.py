@@ -593,9 +593,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 LM_EVAL_PREFIX = "lm-eval:"
 
 
-def _task_manager(include_path: str | Path | Sequence[str | Path] | None = None):
+def _task_manager(include_path: str | Path | Sequence[str | Path] | None = None, task: str | None = None):
     from lm_eval.tasks import TaskManager
 
+    if include_path is None and task in offline_task_configs():
+        # An offline task includes its stock YAML by path: no need to index all of lm-eval's (slow).
+        return TaskManager(include_path=str(offline_tasks_dir()), include_defaults=False)
     paths = [str(offline_tasks_dir())]
     if include_path is not None:
         paths += [str(p) for p in ([include_path] if isinstance(include_path, (str, Path)) else include_path)]
@@ -634,7 +637,7 @@ def plan_lm_eval_task(
     info = model_info(model)
     lm = InactiveHeadsLM(model, progress=False)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
-    manager = task_manager if task_manager is not None else _task_manager(include_path)
+    manager = task_manager if task_manager is not None else _task_manager(include_path, name)
     if name not in manager.all_tasks:
         raise ValueError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
     leaves = manager.load([name])["tasks"]

@@ -84,8 +84,8 @@ class SweepConfig:
     def __post_init__(self):
         from .tasks import TASKS
 
-        if self.task not in TASKS:
-            raise ValueError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}")
+        if self.task not in TASKS and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:")):
+            raise ValueError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise ValueError(f"limit must be a positive integer, got {self.limit!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -285,6 +285,12 @@ def check_model_matches(config: SweepConfig, model) -> None:
 
 def plan_for(config: SweepConfig, model):
     from .evaluate import plan_evaluation
+
+    if config.task.startswith("lm-eval:"):  # an lm-eval task, its requests as an EvalPlan (lmeval.py)
+        from .lmeval import plan_lm_eval_task
+
+        return plan_lm_eval_task(model, config.task, limit=config.limit, num_fewshot=config.num_fewshot,
+                                 apply_chat_template=config.apply_chat_template)
 
     return plan_evaluation(model, config.task, subjects=config.subjects, limit=config.limit,
                            num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,

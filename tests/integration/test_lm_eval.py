@@ -189,6 +189,24 @@ def test_lm_eval_task_as_a_plan_runs_in_ih_evaluate_like_the_model_type(smollm2_
     assert 0 < res.realized_fraction == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
 
 
+def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2_hooked, tasks, tmp_path):
+    """`sweep --task lm-eval:arc_easy`: calibrated on the task's inputs, as `ablation=ahon_ln@pP` is."""
+    config = ih.SweepConfig(model="smollm2-135m", task="lm-eval:arc_easy", limit=5, num_fewshot=0,
+                            apply_chat_template=False, scores=["ahon_ln"], quantiles=[0.0, 0.2],
+                            include_random=False, backend=ih.model_info(smollm2_hooked).backend)
+    results = ih.run_sweep(config, tmp_path / "sweep", model=smollm2_hooked, progress=False)
+    baseline, ablated = results.records["baseline"], results.records["ahon_ln@p=0.2"]
+    plain = run(lm_eval_model(smollm2_hooked, progress=False), tasks, ["arc_easy"], limit=5)
+    lm = lm_eval_model(smollm2_hooked, ablation="ahon_ln@p0.2", progress=False)
+    zeroed = run(lm, tasks, ["arc_easy"], limit=5)
+    assert_same_answers(baseline["loglikelihoods"], per_question(plain, "arc_easy"))
+    assert baseline["accuracy"] == plain["results"]["arc_easy"]["acc,none"]
+    assert ablated["threshold"] == pytest.approx(lm.stats["loglikelihood"]["calibration"]["tau"], rel=1e-6)
+    assert_same_answers(ablated["loglikelihoods"], per_question(zeroed, "arc_easy"))
+    assert 0 < ablated["realized_fraction"] == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
+    assert ablated["task"] == "lm-eval:arc_easy"
+
+
 def test_model_args_string_builds_the_model_type(smollm2_hooked, monkeypatch):
     import inactive_heads.lmeval as lmeval
 
