@@ -11,8 +11,9 @@ only while the block runs, a forward that
   ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
 - runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding mask, grouped KV heads
   without copies) when no hook is attached to that layer's ``hook_pattern``/``hook_attn_scores``;
-- otherwise, when ``hook_pattern`` is hooked, computes the pattern eagerly but cheaper (queries
-  scaled instead of scores, one additive mask per forward, grouped heads by a reshape, no copies)
+- otherwise, when ``hook_pattern`` is hooked, computes the pattern eagerly but cheaper (one
+  additive mask per forward instead of ``where`` against a rebuilt one, grouped heads by a reshape
+  instead of copies, no NaN pass)
   and fires ``hook_pattern`` with the same ``[batch, head, query, key]`` tensor; z then comes from
   the pattern the hooks return, except when every hook is marked :func:`read_only` (the toolkit's
   score and ablation hooks are): then z comes from the fused kernel, so reading the pattern never
@@ -173,8 +174,9 @@ def _attention(
     if n_keys != n and hooked:
         raise RuntimeError("hook_pattern cannot be served with a reused prefix; evaluate without prefix reuse")
     # Eager, grouped: query heads of one KV head stacked along the query axis (no K/V copies).
-    qg = (qh / self.attn_scale).reshape(b, n_kv, group * n, d_head)
-    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n_keys)
+    # Scores divided by the scale after the product, as TransformerLens does (same rounding).
+    qg = qh.reshape(b, n_kv, group * n, d_head)
+    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n_keys) / self.attn_scale
     if additive is None:
         if n_keys != n:
             raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
@@ -245,8 +247,8 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     """Use the fast attention forward on ``model`` inside the block; yields whether it is on.
 
     ``fused=False`` computes every layer's pattern with the grouped eager path instead of the
-    fused kernel: a little slower, and the same operations as TransformerLens in the same order
-    (bit-identical logits where the attention scale is a power of two, e.g. d_head 64).
+    fused kernel: a little slower, and the same arithmetic as TransformerLens (bit-identical
+    logits on SmolLM2).
 
     >>> with fast_attention(model):                # doctest: +SKIP
     ...     logits = model(tokens, attention_mask=mask)

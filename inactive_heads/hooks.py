@@ -111,12 +111,14 @@ before each forward; without it every position counts as real.
 def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False) -> Tensor | None:
     """Forward a right-padded batch with its attention mask; logits, or None if stopped early.
 
-    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention`: fused
-    attention in layers where nothing reads the pattern, the same hooks firing.
+    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention` in its
+    exact form (``fused=False``): the pattern computed once per forward's mask, grouped heads
+    without copies, the same operations as TransformerLens, so recorded scores (and the
+    thresholds calibrated on them) do not move.
     """
     mask = valid.to(dtype=torch.long, device=tokens.device)
     try:
-        with torch.inference_mode(), fast_attention(model):
+        with torch.inference_mode(), fast_attention(model, fused=False):
             return model(tokens, attention_mask=mask)
     except StopForward:
         if not stop_early:
