@@ -172,6 +172,12 @@ def _held_mask_hooks(n_layers: int, masks: torch.Tensor) -> list:
     return [(hook_name(layer, "z"), make(layer)) for layer in range(n_layers)]
 
 
+def _cuda_device_exists(device: str) -> bool:
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count > (int(index) if index.isdigit() else 0)
+
+
 def _plain_tokenizer(model):
     """The model's tokenizer as ``AutoTokenizer`` loads it (as HFLM has it).
 
@@ -217,6 +223,11 @@ class InactiveHeadsLM(TemplateLM):
         super().__init__()
         if isinstance(pretrained, str):
             device = None if device in (None, "", "auto") else str(device)
+            if device is not None and device.startswith("cuda") and not _cuda_device_exists(device):
+                # lm-eval's command line passes device "cuda:0" unless told otherwise; like its
+                # own hf model, fall back to the default device (the first GPU, else the CPU).
+                print(f"inactive-heads: device {device!r} is not available; using the default device", file=sys.stderr)
+                device = None
             options = {"backend": backend} if backend else {}
             self.model = load_model(pretrained, dtype=dtype, device=device, progress=progress, **options)
             self.pretrained = pretrained
@@ -569,6 +580,38 @@ def offline_tasks_dir(path: str | Path | None = None) -> Path:
     return folder
 
 
+def _device_from_model_args(args: list[str]) -> None:
+    """Move ``device=X`` from ``--model_args`` to ``--device X``, in place.
+
+    lm-eval 0.4.13's command line always passes its ``--device`` (default ``cuda:0``) to the model
+    as well, so a ``device`` in ``--model_args`` would be given twice.
+    """
+    devices = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--model_args="):
+            spans = [(i, arg[len("--model_args="):], "--model_args=")]
+        elif arg == "--model_args":
+            spans, j = [], i + 1
+            while j < len(args) and not args[j].startswith("--"):  # comma- or space-separated
+                spans.append((j, args[j], ""))
+                j += 1
+        else:
+            continue
+        for j, text, prefix in spans:
+            items = [item for item in text.split(",") if item]
+            devices += [item.partition("=")[2] for item in items if item.startswith("device=")]
+            args[j] = prefix + ",".join(item for item in items if not item.startswith("device="))
+    args[:] = [a for a in args if a != ""]
+    if not devices:
+        return
+    given = [args[j + 1] for j, a in enumerate(args[:-1]) if a == "--device"]
+    given += [a[len("--device="):] for a in args if a.startswith("--device=")]
+    if given and given[-1] != devices[-1]:
+        raise SystemExit(f"error: device={devices[-1]} in --model_args but --device {given[-1]}; give one")
+    if not given:
+        args += ["--device", devices[-1]]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``inactive-heads-lm-eval``: lm-eval's command line with the ``inactive-heads`` model registered.
 
@@ -577,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
     args = list(sys.argv[1:] if argv is None else argv)
+    _device_from_model_args(args)
     if "--offline-data" in args:
         args.remove("--offline-data")
         if any(a == "--include_path" or a.startswith("--include_path=") for a in args):

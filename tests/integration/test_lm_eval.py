@@ -244,3 +244,21 @@ def test_parsed_ablations():
     assert parse_ablation("static:3.1/5.2").heads == ((3, 1), (5, 2))
     calibrated = parse_ablation("awft@p0.3")
     assert (calibrated.score, calibrated.p) == ("awft", 0.3)
+
+
+def test_device_in_model_args_becomes_the_device_option():
+    # lm-eval 0.4.13's command line passes --device (default cuda:0) to the model too.
+    from inactive_heads.lmeval import _device_from_model_args
+
+    args = ["--model", "inactive-heads", "--model_args", "pretrained=smollm2-135m,device=cpu,dtype=float32"]
+    _device_from_model_args(args)
+    assert args == ["--model", "inactive-heads", "--model_args", "pretrained=smollm2-135m,dtype=float32",
+                    "--device", "cpu"]
+    args = ["--model_args", "pretrained=x", "device=cpu", "--tasks", "arc_easy"]  # space-separated form
+    _device_from_model_args(args)
+    assert args == ["--model_args", "pretrained=x", "--tasks", "arc_easy", "--device", "cpu"]
+    args = ["--model_args", "pretrained=x"]
+    _device_from_model_args(args)
+    assert args == ["--model_args", "pretrained=x"]
+    with pytest.raises(SystemExit, match="device=cpu in --model_args but --device cuda"):
+        _device_from_model_args(["--model_args", "pretrained=x,device=cpu", "--device", "cuda"])
