@@ -50,8 +50,16 @@ def test_seed_picks_other_passages_and_prefixes_are_stable():
 def test_passage_is_context_plus_continuation():
     everything = texts._all_passages()
     assert len(everything) == 5153  # the LAMBADA test set
-    # The LAMBADA target is the passage's last word, after a space.
-    assert all(" " in p for p in everything[:50])
+    # The published LAMBADA test set's first item (Paperno et al., 2016): its passage and target
+    # word "signs", which the context + continuation join must give back whole.
+    first = everything[0]
+    assert first.startswith("In my palm is a clear stone, and inside it is a small ivory statuette. A guardian angel.")
+    assert first.endswith("his mouth curved in a confident grin, I don't care about signs")
+    # Every passage ends in one target word after a space (context and continuation joined, with
+    # nothing lost or doubled at the seam).
+    for p in everything:
+        context, target = p.rsplit(" ", 1)
+        assert target and not target[0].isspace() and context == context.rstrip(), p[-40:]
 
 
 def test_token_lengths_are_drawn_in_range_and_are_prefixes():
