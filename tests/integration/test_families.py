@@ -107,11 +107,12 @@ def _print_figures(request):
     """At the end of the module, print the measured differences per family (pytest -s shows it)."""
     yield
     if FIGURES:
-        lines = ["", "family                               backend  logit diff  score diff  ablation diff"]
+        lines = ["", "family                               backend  logit diff  score diff  ablation diff  padded diff"]
         for case, f in FIGURES.items():
             lines.append(
                 f"{case:36s} {f.get('backend', '?'):8s} {f.get('logit_diff', float('nan')):10.2e}"
-                f"  {f.get('score_diff', float('nan')):10.2e}  {f.get('ablation_logit_diff', float('nan')):10.2e}"
+                f"  {f.get('score_diff', float('nan')):10.2e}  {f.get('ablation_logit_diff', float('nan')):13.2e}"
+                f"  {f.get('padded_logit_diff', float('nan')):11.2e}"
             )
         print("\n".join(lines))
 
@@ -143,6 +144,28 @@ def test_logits_match_hugging_face_eager(family):
     diff = (got - expected).abs().max().item()
     FIGURES.setdefault(case, {})["logit_diff"] = diff
     assert diff <= 1e-4
+
+
+def test_padded_batch_rows_equal_each_sequence_alone_in_hugging_face(family):
+    """The toolkit's forward (right padding + mask, as evaluate runs it): each row's logits at its
+    real positions equal HF eager on that sequence alone."""
+    from inactive_heads.hooks import run_forward
+
+    case, _, model, hf = family
+    sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))
+    tokens = torch.zeros(len(sequences), N_TOKENS, dtype=torch.long)
+    valid = torch.zeros(len(sequences), N_TOKENS, dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        tokens[i, :len(seq)] = torch.tensor(seq)
+        valid[i, :len(seq)] = True
+    logits = run_forward(model, tokens, valid)
+    worst = 0.0
+    for i, seq in enumerate(sequences):
+        with torch.no_grad():
+            alone = hf(torch.tensor([seq])).logits[0]
+        worst = max(worst, (logits[i, :len(seq)] - alone).abs().max().item())
+    FIGURES.setdefault(case, {})["padded_logit_diff"] = worst
+    assert worst <= 1e-4
 
 
 def test_every_score_equals_the_slow_reference_at_any_batch_size(family):
