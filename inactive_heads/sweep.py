@@ -168,10 +168,11 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
     if config.thresholds.startswith("official:"):
         model_name = config.thresholds.split(":", 1)[1]
         t = official_thresholds(model_name, config.task, key)
-        try:
-            picked = [t.at(q) for q in config.quantiles]
-        except KeyError as e:
-            raise ValueError(f"{e.args[0]}; official thresholds exist for p in {list(t.quantiles)}") from None
+        missing = [q for q in config.quantiles if all(abs(q - p) > 1e-9 for p in t.quantiles)]
+        if missing:
+            raise ValueError(f"no official threshold at p={missing[0]!r} for '{key}' of {model_name}; "
+                             f"official thresholds exist for p in {list(t.quantiles)}")
+        picked = [t.at(q) for q in config.quantiles]
         return Thresholds(key, tuple(config.quantiles), tuple(picked), t.direction, t.source, t.n_scores)
     return calibrate(head_scores, key, config.quantiles)
 
