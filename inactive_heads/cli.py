@@ -213,7 +213,7 @@ def _add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-file", help="score this text instead of the task's prompts "
                         "(passages separated by blank lines)")
     _scores_argument(parser, "every registered score")
-    parser.add_argument("--out", default="scores.pt", help="where to save the HeadScores (default scores.pt)")
+    parser.add_argument("--out", default="scores.safetensors", help="where to save the HeadScores (default scores.safetensors)")
 
 
 def _run_score(args: argparse.Namespace) -> int:
@@ -267,7 +267,7 @@ register_subcommand("score", "record head scores (no ablation) and save them", _
 def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     from .calibration import DEFAULT_QUANTILES
 
-    parser.add_argument("scores_file", metavar="SCORES.pt", help="file written by 'inactive-heads score'")
+    parser.add_argument("scores_file", metavar="SCORES.safetensors", help="file written by 'inactive-heads score'")
     _scores_argument(parser, "every score in the file")
     parser.add_argument("--quantiles", nargs="+", type=_quantile, default=list(DEFAULT_QUANTILES),
                         help="fractions p of the pooled CDF (default 0 .05 .10 .15 .20 .25 .30)")
