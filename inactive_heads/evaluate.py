@@ -206,7 +206,10 @@ def _logits_at(model, tokens, valid, rows, positions):
     """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch."""
     mask = valid.long()
     cfg = model.cfg
-    if hasattr(model, "unembed") and type(model).__name__ == "HookedTransformer":
+    from transformer_lens import HookedTransformer
+
+    # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
+    if hasattr(model, "unembed") and isinstance(model, HookedTransformer):
         resid = model(tokens, attention_mask=mask, stop_at_layer=cfg.n_layers)
         x = resid[rows, positions][:, None, :]
         logits = model.unembed(model.ln_final(x))[:, 0, :]

@@ -42,7 +42,10 @@ _MARK = "_inactive_heads_fast_attention"
 
 def supports_fast_attention(model) -> bool:
     """True for a ``HookedTransformer`` whose attention needs nothing this fast path leaves out."""
-    if type(model).__name__ != "HookedTransformer" or not hasattr(model, "blocks"):
+    from transformer_lens import HookedTransformer
+
+    # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) is a HookedTransformer too.
+    if not isinstance(model, HookedTransformer) or not hasattr(model, "blocks"):
         return False
     cfg = model.cfg
     if cfg.positional_embedding_type in ("alibi", "relative_positional_bias"):

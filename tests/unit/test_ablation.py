@@ -188,3 +188,20 @@ def test_apply_numbers_the_rows_of_each_forward_pass_after_the_previous_ones(tin
     assert sorted(split.stats.masks) == [0, 1, 2, 3]
     assert torch.equal(split.stats.flagged_mask(), joint.stats.flagged_mask())
     assert not torch.equal(split.stats.masks[0], split.stats.masks[2])  # not the same draw again
+
+
+def test_a_hookedtransformer_subclass_takes_the_hookedtransformer_paths():
+    # e.g. SAELens' HookedSAETransformer: the type's name differs, isinstance does not.
+    from transformer_lens import HookedTransformer
+
+    from inactive_heads.evaluate import _logits_at
+    from inactive_heads.fast_attention import supports_fast_attention
+
+    model = tiny_gqa_model(seed=4)
+    model.__class__ = type("HookedSAELikeTransformer", (HookedTransformer,), {})
+    assert supports_fast_attention(model)
+    shapes = []
+    model.unembed.register_forward_hook(lambda module, args, out: shapes.append(tuple(args[0].shape)))
+    tokens = torch.tensor(random_sequences(2, seed=1, min_len=6, max_len=6))
+    _logits_at(model, tokens, torch.ones_like(tokens, dtype=torch.bool), torch.tensor([0, 1]), torch.tensor([5, 5]))
+    assert shapes == [(2, 1, model.cfg.d_model)]  # unembedding of the two answer positions only
