@@ -32,8 +32,8 @@ target model with H heads, width D, N parameters and dtype size s (2 for bf16)::
 
     peak(T) = N * s + (a * H * T**2 + b * D * T) * s / s_measured
 
-(activations scale with the element size; a conservative reading, since the float32 score copies
-do not shrink). Targets: Llama-3.1-8B (32 heads, d_model 4096, 8.03e9 parameters) and
+(activations scale with the element size, except the float32 copies made for the scores, about
+4 bytes per d_model and token, which adds under 0.1 GB at these sizes). Targets: Llama-3.1-8B (32 heads, d_model 4096, 8.03e9 parameters) and
 Qwen2.5-14B (40 heads, d_model 5120, 14.77e9 parameters).
 
 On a slow CPU, ``--long-layers N`` runs only the first N layers of the long case: while scores are
