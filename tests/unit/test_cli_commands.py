@@ -6,6 +6,7 @@ import pytest
 from synthetic_sweep import synthetic_head_scores, write_synthetic_sweep
 
 from inactive_heads.cli import main
+from inactive_heads.sweep import SweepResults
 
 
 def run(capsys, *argv):
@@ -35,8 +36,10 @@ def test_report_command_writes_html_and_prints_the_table(tmp_path, capsys):
     assert (tmp_path / "report.html").is_file()
     # --runs adds one row per run: 1 + 4 scores x 7 p values
     _, with_runs, _ = run(capsys, "report", str(tmp_path), "--runs")
-    assert sum(line.split()[0].startswith(("baseline", "ahon_ln@", "awft@", "aeqd@", "random@"))
-               for line in with_runs.splitlines() if line.split()) == 29
+    run_ids = set(SweepResults.load(tmp_path).records)
+    rows = [line.split()[0] for line in with_runs.splitlines()
+            if line.split() and line.split()[0] in run_ids and line.split()[1] != "accuracy"]
+    assert sorted(rows) == sorted(run_ids) and len(rows) == 29
 
 
 @pytest.mark.parametrize(
