@@ -20,7 +20,9 @@ def tiny_dir(tmp_path_factory):
 
     local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
     tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    return str(save_tiny_family("llama-3.2", tmp_path_factory.mktemp("tiny-llama"), tokenizer))
+    # Real prompts use the whole SmolLM2 vocabulary (49,152 ids).
+    return str(save_tiny_family("llama-3.2", tmp_path_factory.mktemp("tiny-llama"), tokenizer,
+                                vocab_size=len(tokenizer)))
 
 
 def test_score_writes_the_scores_of_every_prompt(tiny_dir, tmp_path, capsys):
@@ -55,7 +57,7 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     code = main(["demo", "--model", tiny_dir, "--limit", "8", "--quantiles", "0", "0.3", "--out", str(demo)])
     text = capsys.readouterr().out
     assert code == 0
-    assert "Reading:" in text and (demo / "report.html").is_file()
+    assert "Reading (n = 8 questions, 95% intervals)" in text and (demo / "report.html").is_file()
     config = json.loads((demo / "sweep.json").read_text())
     assert config["task"] == "piqa" and config["num_fewshot"] == 0 and config["limit"] == 8
     # every run of the demo's plan has a record, with per-question log-likelihoods for agreement/KL
