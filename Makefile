@@ -72,7 +72,7 @@ $(STAMP): pyproject.toml Makefile
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
 test: setup
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q --durations=30
 
 demo: setup
 	$(VENV)/bin/inactive-heads demo
