@@ -105,31 +105,7 @@ def plan_evaluation(
         prepend_bos=info.prepend_bos,
         source=source,
     )
-    index: dict[tuple[int, ...], int] = {}
-    inputs: list[list[int]] = []
-    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
-    truncated: set[int] = set()
-    for r, req in enumerate(requests):
-        for c, choice in enumerate(req.choices):
-            if not choice.context_ids or not choice.continuation_ids:
-                raise ValueError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
-            cont = tuple(choice.continuation_ids)
-            if len(cont) > info.n_ctx:
-                raise ValueError(
-                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than the "
-                    f"model context {info.n_ctx}; load the model with a larger n_ctx"
-                )
-            whole = tuple(choice.context_ids) + cont
-            key = whole[:-1]
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(inputs)
-                # lm-eval 0.4.5: keep the last n_ctx + 1 tokens, feed all but the last one.
-                inputs.append(list(whole[-(info.n_ctx + 1):][:-1]))
-                targets.append([])
-            if len(key) > info.n_ctx:
-                truncated.add(r)
-            targets[i].append((r, c, len(inputs[i]) - len(cont), cont))
+    inputs, targets, n_truncated = index_forward_inputs(task, requests, info.n_ctx)
     config = {
         "model": info.name,
         "task": task,
@@ -140,7 +116,45 @@ def plan_evaluation(
         "prepend_bos": info.prepend_bos,
         "source": source,
     }
-    return EvalPlan(task, requests, inputs, targets, config, n_truncated=len(truncated))
+    return EvalPlan(task, requests, inputs, targets, config, n_truncated=n_truncated)
+
+
+def index_forward_inputs(
+    task: str, requests: Sequence[Request], n_ctx: int
+) -> tuple[list[list[int]], list[list[tuple[int, int, int, tuple[int, ...]]]], int]:
+    """The unique forward inputs of ``requests``, what each scores, and how many requests were cut.
+
+    As lm-eval does, choices whose model input (context + continuation minus its last token) is the
+    same share one forward pass; an input longer than ``n_ctx`` keeps its last ``n_ctx`` tokens
+    (the last ``n_ctx + 1`` of context + continuation, minus the last one). Returns ``(inputs,
+    targets, n_truncated)`` with ``targets[i]`` = ``(request, choice, first position, continuation)``.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    inputs: list[list[int]] = []
+    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
+    truncated: set[int] = set()
+    for r, req in enumerate(requests):
+        for c, choice in enumerate(req.choices):
+            if not choice.context_ids or not choice.continuation_ids:
+                raise ValueError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
+            cont = tuple(choice.continuation_ids)
+            if len(cont) > n_ctx:
+                raise ValueError(
+                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than the "
+                    f"model context {n_ctx}; load the model with a larger n_ctx"
+                )
+            whole = tuple(choice.context_ids) + cont
+            key = whole[:-1]
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(inputs)
+                # lm-eval 0.4.5: keep the last n_ctx + 1 tokens, feed all but the last one.
+                inputs.append(list(whole[-(n_ctx + 1):][:-1]))
+                targets.append([])
+            if len(key) > n_ctx:
+                truncated.add(r)
+            targets[i].append((r, c, len(inputs[i]) - len(cont), cont))
+    return inputs, targets, len(truncated)
 
 
 @dataclass

@@ -674,7 +674,7 @@ def plan_lm_eval_task(
     :func:`offline_tasks_dir`, and ``include_path`` — or in ``task_manager`` (an lm-eval
     ``TaskManager``) when given.
     """
-    from .evaluate import EvalPlan
+    from .evaluate import EvalPlan, index_forward_inputs
     from .tasks import Choice, Request
 
     name = task[len(LM_EVAL_PREFIX):] if task.startswith(LM_EVAL_PREFIX) else task
@@ -721,24 +721,7 @@ def plan_lm_eval_task(
                 choices.append(Choice(tuple(context_ids), tuple(continuation_ids), continuation, norm))
             requests.append(Request(f"{LM_EVAL_PREFIX}{name}", int(doc_id), leaf_name, tuple(choices), gold,
                                     instances[0].arguments[0]))
-    index: dict[tuple[int, ...], int] = {}
-    inputs: list[list[int]] = []
-    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
-    truncated: set[int] = set()
-    for r, req in enumerate(requests):
-        for c, choice in enumerate(req.choices):
-            whole = choice.context_ids + choice.continuation_ids
-            if len(choice.continuation_ids) > lm.max_length:
-                raise ValueError(f"{name} document {req.doc_id} choice {c} has an answer longer than the model context")
-            key = whole[-(lm.max_length + 1):][:-1]
-            if len(whole) - 1 > lm.max_length:
-                truncated.add(r)
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(inputs)
-                inputs.append(list(key))
-                targets.append([])
-            targets[i].append((r, c, len(key) - len(choice.continuation_ids), choice.continuation_ids))
+    inputs, targets, n_truncated = index_forward_inputs(f"{LM_EVAL_PREFIX}{name}", requests, lm.max_length)
     config = {
         "model": info.name,
         "task": f"{LM_EVAL_PREFIX}{name}",
@@ -748,7 +731,7 @@ def plan_lm_eval_task(
         "apply_chat_template": chat,
         "fewshot_seed": fewshot_seed,
     }
-    return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=len(truncated))
+    return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=n_truncated)
 
 
 def lm_eval_model(model: Any = DEFAULT_MODEL, ablation: AblationLike = None, **kwargs) -> InactiveHeadsLM:
