@@ -4,8 +4,9 @@ Variants, all on the same questions, tokenized once, in the same length-sorted r
 
 - ``hf``: what lm-eval's HF backend does — ``AutoModelForCausalLM`` with its default attention, full
   logits, ``log_softmax`` over the vocabulary, continuation log-probabilities summed;
-- ``plain``: this toolkit's evaluator (fast attention, no prefix reuse) and ``plain_reuse`` (with
-  the shared few-shot prefix computed once per subject);
+- ``plain``: this toolkit's evaluator as it runs by default (``attention="exact"``, no prefix
+  reuse), ``plain_reuse`` (the shared few-shot prefix computed once per subject) and
+  ``plain_fused`` / ``dynamic_ahon_ln_fused`` (``attention="fast"``: PyTorch's fused kernel);
 - ``dynamic_ahon_ln`` and ``dynamic_awft`` (reads the attention pattern), ``static``;
 - ``sweep_none`` / ``sweep_reuse``: baseline + AHON (LN) and AWFT at 3 thresholds each, without and
   with prefix reuse (dynamic runs always recompute every input in full; see docs/gotchas.md).
@@ -75,9 +76,9 @@ def main():
     sweep = [None] + [DynamicAblation("ahon_ln", t).spec for t in args.ahon_ln] + [
         DynamicAblation("awft", t).spec for t in args.awft]
 
-    def run(ablation=None, reuse=False):
+    def run(ablation=None, reuse=False, attention="exact"):
         return evaluate(model, plan, ablation=ablation, batch_size=args.batch_size, progress=False,
-                        reuse_prefix=reuse)
+                        reuse_prefix=reuse, attention=attention)
 
     def run_sweep(reuse):
         start = time.perf_counter()
@@ -88,6 +89,8 @@ def main():
         "hf": lambda: hf_reference(hf_model, plan, args.batch_size),
         "plain": lambda: run(),
         "plain_reuse": lambda: run(reuse=True),
+        "plain_fused": lambda: run(attention="fast"),
+        "dynamic_ahon_ln_fused": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), attention="fast"),
         "dynamic_ahon_ln": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1])),
         "dynamic_awft": lambda: run(DynamicAblation("awft", args.awft[1])),
         "static": lambda: run(StaticAblation(static_heads), reuse=True),
@@ -128,6 +131,8 @@ def main():
         "questions_per_s": {k: round(v, 3) for k, v in qps.items()},
         "ratio_qps_plain_vs_hf": round(qps["plain"] / qps["hf"], 3),
         "ratio_qps_plain_reuse_vs_hf": round(qps["plain_reuse"] / qps["hf"], 3),
+        "ratio_qps_plain_fused_vs_hf": round(qps["plain_fused"] / qps["hf"], 3),
+        "ratio_qps_dynamic_fused_vs_hf": round(qps["dynamic_ahon_ln_fused"] / qps["hf"], 3),
         "ratio_qps_dynamic_vs_hf": round(qps["dynamic_ahon_ln"] / qps["hf"], 3),
         "ratio_qps_dynamic_awft_vs_hf": round(qps["dynamic_awft"] / qps["hf"], 3),
         "ratio_qps_static_vs_hf": round(qps["static"] / qps["hf"], 3),

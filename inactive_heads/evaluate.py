@@ -359,7 +359,7 @@ def evaluate(
     record: Sequence[str] | None = None,
     record_description: str | None = None,
     reuse_prefix: bool = False,
-    attention: str = "fast",
+    attention: str = "exact",
 ) -> EvalResult:
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
@@ -374,10 +374,12 @@ def evaluate(
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
     same pass (``result.head_scores``, as :func:`record_scores` would on ``plan.inputs``).
-    A ``HookedTransformer`` runs PyTorch's fused attention wherever nothing reads the attention
-    pattern (:mod:`inactive_heads.fast_attention`; ``attention="exact"`` computes the pattern
-    eagerly in every layer, the same operations as TransformerLens, a little slower;
-    ``attention="eager"`` runs TransformerLens's own attention). ``reuse_prefix=True``: plain and static runs compute a prefix
+    A ``HookedTransformer`` runs :mod:`inactive_heads.fast_attention`: by default
+    (``attention="exact"``) the same operations as TransformerLens with the mask built once per
+    forward, so every number equals TransformerLens's and :func:`record_scores`'s to the bit;
+    ``attention="fast"`` runs PyTorch's fused attention wherever nothing reads the pattern (a little
+    faster, log-likelihoods within float rounding, ~2e-5); ``attention="eager"`` runs
+    TransformerLens's own attention. ``reuse_prefix=True``: plain and static runs compute a prefix
     shared by many inputs (MMLU few-shot examples) once (:mod:`inactive_heads.prefix`; the same
     numbers up to float rounding, not to the bit); dynamic and random runs always compute every
     input in full. ``result.prefix_reuse`` says what was reused.

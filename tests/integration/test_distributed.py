@@ -34,7 +34,14 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def local(smollm2_hooked, tmp_path_factory):
-    return run_sweep(tiny_config(), tmp_path_factory.mktemp("local"), model=smollm2_hooked, progress=False)
+    # Actors run one torch thread each; fp32 reductions (log_softmax over the vocabulary, norms) sum
+    # in an order that depends on the thread count, so the local reference runs with one thread too.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_sweep(tiny_config(), tmp_path_factory.mktemp("local"), model=smollm2_hooked, progress=False)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_ray_records_equal_local_records(ray_session, local, tmp_path):

@@ -26,8 +26,8 @@ def _close(a, b, tol=2e-4):
 
 
 def test_plain_fast_and_exact_equal_eager(smollm2_hooked, plan, eager_plain):
-    _close(eager_plain, ih.evaluate(smollm2_hooked, plan, progress=False))
-    exact = ih.evaluate(smollm2_hooked, plan, attention="exact", progress=False)
+    _close(eager_plain, ih.evaluate(smollm2_hooked, plan, attention="fast", progress=False))
+    exact = ih.evaluate(smollm2_hooked, plan, progress=False)  # the default
     _close(eager_plain, exact, tol=1e-6)
 
 
@@ -35,7 +35,7 @@ def test_plain_fast_and_exact_equal_eager(smollm2_hooked, plan, eager_plain):
 def test_dynamic_fast_equals_eager(smollm2_hooked, plan, score, tau):
     eager_abl, fast_abl = ih.DynamicAblation(score, tau), ih.DynamicAblation(score, tau)
     eager = ih.evaluate(smollm2_hooked, plan, ablation=eager_abl, attention="eager", progress=False)
-    fast = ih.evaluate(smollm2_hooked, plan, ablation=fast_abl, progress=False)
+    fast = ih.evaluate(smollm2_hooked, plan, ablation=fast_abl, attention="fast", progress=False)
     _close(eager, fast)
     assert 0 < fast.realized_fraction < 1
     # flags identical per (sequence, layer, head), not only in total
