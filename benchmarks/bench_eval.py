@@ -4,12 +4,16 @@ Variants, all on the same questions, tokenized once, in the same length-sorted r
 
 - ``hf``: what lm-eval's HF backend does — ``AutoModelForCausalLM`` with its default attention, full
   logits, ``log_softmax`` over the vocabulary, continuation log-probabilities summed;
-- ``plain``: this toolkit's evaluator as it runs by default (``attention="exact"``, no prefix
-  reuse), ``plain_reuse`` (the shared few-shot prefix computed once per subject) and
-  ``plain_fused`` / ``dynamic_ahon_ln_fused`` (``attention="fast"``: PyTorch's fused kernel);
-- ``dynamic_ahon_ln`` and ``dynamic_awft`` (reads the attention pattern), ``static``;
-- ``sweep_none`` / ``sweep_reuse``: baseline + AHON (LN) and AWFT at 3 thresholds each, without and
-  with prefix reuse (dynamic runs always recompute every input in full; see docs/gotchas.md).
+- ``plain``: this toolkit's evaluator as it runs by default (``attention="auto"``: PyTorch's fused
+  attention, since nothing reads the pattern; no prefix reuse), ``plain_exact`` (TransformerLens's
+  arithmetic) and ``plain_reuse`` (each subject's few-shot prefix computed once);
+- ``dynamic_ahon_ln`` and ``dynamic_awft`` as they run by default (``auto``: exact arithmetic, so
+  in-pass scores equal ``record_scores``'s to the bit), ``dynamic_ahon_ln_fast`` (fused attention:
+  AHON reads no pattern), ``dynamic_ahon_ln_reuse`` (prefix reuse), and ``static``;
+- ``sweep_none`` / ``sweep_reuse``: what ``run_sweep`` does for baseline + AHON (LN) and AWFT at
+  3 thresholds each — one unablated pass that records both scores, then 6 dynamic runs — without
+  and with prefix reuse. ``prefix_reuse_hit_rate`` = 1 − prefix layers computed / prefix layers a
+  full recompute runs (inputs × layers), over the reused sweep's runs.
 
 The machine may be shared: the variants run interleaved, round after round, so load falls on all
 of them alike, and the fastest round of each counts. The last line printed is one JSON object.
@@ -76,24 +80,26 @@ def main():
     sweep = [None] + [DynamicAblation("ahon_ln", t).spec for t in args.ahon_ln] + [
         DynamicAblation("awft", t).spec for t in args.awft]
 
-    def run(ablation=None, reuse=False, attention="exact"):
+    def run(ablation=None, reuse=False, attention="auto", record=None):
         return evaluate(model, plan, ablation=ablation, batch_size=args.batch_size, progress=False,
-                        reuse_prefix=reuse, attention=attention)
+                        reuse_prefix=reuse, attention=attention, record=record)
 
     def run_sweep(reuse):
         start = time.perf_counter()
-        results = [run(spec, reuse) for spec in sweep]
+        results = [run(None, reuse, record=["ahon_ln", "awft"])] + [run(spec, reuse) for spec in sweep[1:]]
         return results, time.perf_counter() - start
 
     variants = {
         "hf": lambda: hf_reference(hf_model, plan, args.batch_size),
         "plain": lambda: run(),
+        "plain_exact": lambda: run(attention="exact"),
         "plain_reuse": lambda: run(reuse=True),
-        "plain_fused": lambda: run(attention="fast"),
-        "dynamic_ahon_ln_fused": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), attention="fast"),
         "dynamic_ahon_ln": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1])),
+        "dynamic_ahon_ln_fast": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), attention="fast"),
+        "dynamic_ahon_ln_reuse": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), reuse=True),
         "dynamic_awft": lambda: run(DynamicAblation("awft", args.awft[1])),
-        "static": lambda: run(StaticAblation(static_heads), reuse=True),
+        "dynamic_awft_fast": lambda: run(DynamicAblation("awft", args.awft[1]), attention="fast"),
+        "static": lambda: run(StaticAblation(static_heads)),
         "sweep_none": lambda: run_sweep(False),
         "sweep_reuse": lambda: run_sweep(True),
     }
@@ -112,10 +118,10 @@ def main():
     qps = {name: n / s for name, s in best.items() if not name.startswith("sweep")}
     hf_lls = out["hf"]
     sweep_none, sweep_reuse = out["sweep_none"], out["sweep_reuse"]
-    identical = all(a.correct == b.correct and a.realized_fraction == b.realized_fraction
+    identical = all(a.correct == b.correct and a.realized_fraction_per_layer == b.realized_fraction_per_layer
                     for a, b in zip(sweep_none, sweep_reuse))
-    reused = sum(r.prefix_reuse["inputs_reused"] for r in sweep_reuse)
-    total = sum(r.prefix_reuse["n_inputs"] for r in sweep_reuse)
+    computed = sum(r.prefix_reuse["prefix_layers_computed"] for r in sweep_reuse)
+    needed = sum(r.prefix_reuse["prefix_layers_needed"] for r in sweep_reuse)
     print(f"\n{args.model}: MMLU {', '.join(args.subjects)} (limit {args.limit}/subject), n={plain_n}, "
           f"batch size {args.batch_size}, {args.threads} threads, best of {args.rounds} interleaved rounds")
     print(f"{'variant':16s} {'seconds':>8s} {'q/s':>7s} {'x hf q/s':>9s}")
@@ -130,16 +136,19 @@ def main():
         "rounds": args.rounds,
         "questions_per_s": {k: round(v, 3) for k, v in qps.items()},
         "ratio_qps_plain_vs_hf": round(qps["plain"] / qps["hf"], 3),
+        "ratio_qps_plain_exact_vs_hf": round(qps["plain_exact"] / qps["hf"], 3),
         "ratio_qps_plain_reuse_vs_hf": round(qps["plain_reuse"] / qps["hf"], 3),
-        "ratio_qps_plain_fused_vs_hf": round(qps["plain_fused"] / qps["hf"], 3),
-        "ratio_qps_dynamic_fused_vs_hf": round(qps["dynamic_ahon_ln_fused"] / qps["hf"], 3),
         "ratio_qps_dynamic_vs_hf": round(qps["dynamic_ahon_ln"] / qps["hf"], 3),
+        "ratio_qps_dynamic_fast_vs_hf": round(qps["dynamic_ahon_ln_fast"] / qps["hf"], 3),
+        "ratio_qps_dynamic_reuse_vs_hf": round(qps["dynamic_ahon_ln_reuse"] / qps["hf"], 3),
         "ratio_qps_dynamic_awft_vs_hf": round(qps["dynamic_awft"] / qps["hf"], 3),
+        "ratio_qps_dynamic_awft_fast_vs_hf": round(qps["dynamic_awft_fast"] / qps["hf"], 3),
         "ratio_qps_static_vs_hf": round(qps["static"] / qps["hf"], 3),
         # speed-up of the sweep from prefix reuse: wall without / wall with (goal: >= 2)
         "ratio_wall_sweep_reuse_vs_none": round(best["sweep_none"] / best["sweep_reuse"], 3),
         "wall_sweep_s": {"none": round(best["sweep_none"], 2), "reuse": round(best["sweep_reuse"], 2)},
-        "prefix_reuse_hit_rate": round(reused / total, 3),
+        "prefix_reuse_hit_rate": round(1 - computed / needed, 3),
+        "prefix_reuse_branches": sum(r.prefix_reuse["branches"] for r in sweep_reuse),
         "sweep_records_identical": identical,
         "sweep_max_abs_dll_reuse_vs_none": max(max_abs_diff(a.loglikelihoods, b.loglikelihoods)
                                                for a, b in zip(sweep_none, sweep_reuse)),

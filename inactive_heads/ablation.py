@@ -134,7 +134,8 @@ class AblationStats:
                     )
             host = host[:, :-1].reshape(flags.shape)
             layers = [layer for layer, *_ in group]
-            self.flagged_per_layer.index_add_(0, torch.tensor(layers), host.sum(dim=(1, 2)))
+            # out of place: the counts may have been made under torch.inference_mode() and read outside it
+            self.flagged_per_layer = self.flagged_per_layer.index_add(0, torch.tensor(layers), host.sum(dim=(1, 2)))
             for row, seq in enumerate(group[0][1].tolist()):
                 mask = self.masks.get(seq)
                 if mask is None:
@@ -211,7 +212,8 @@ class HeadAblation:
         info = model_info(model)
         self._stats = AblationStats(info.n_layers, info.n_heads)
 
-    def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
+    def flags_for(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        """This layer's decision for each sequence of the batch, counted in :attr:`stats`."""
         if self._offset is not None:
             if acts.layer == 0:  # a new forward pass starts
                 self._offset = self._stats.n_sequences
@@ -223,6 +225,10 @@ class HeadAblation:
             stats.flush()  # the previous batch's flags: one device→host copy per batch
         score = getattr(self, "score", None)
         stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, getattr(score, "key", type(self).__name__))
+        return flags
+
+    def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
+        flags = self.flags_for(acts)
         # masked_fill, not a multiply by 0/1: a NaN or inf in a zeroed head must not survive.
         return acts.z.masked_fill(flags[:, None, :, None], 0.0)
 

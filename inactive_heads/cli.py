@@ -317,6 +317,13 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-random", dest="include_random", action="store_false",
                         help="skip the Random baseline")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Random baseline")
+    parser.add_argument("--reuse-prefix", action="store_true",
+                        help="compute each shared few-shot prefix once per decision history (MMLU: ~80%% of "
+                        "the tokens); the same numbers up to float rounding, not to the bit")
+    parser.add_argument("--attention", choices=("auto", "exact", "fast", "eager"), default="auto",
+                        help="auto (default): every pass in TransformerLens's exact arithmetic, so p = 0 "
+                        "equals the baseline to the bit; fast: PyTorch's fused kernel where no score reads "
+                        "the pattern (numbers within float rounding)")
     parser.add_argument("--out", required=True, help="results folder (re-running resumes it)")
 
 
@@ -330,6 +337,7 @@ def _sweep_config(args: argparse.Namespace):
         scores=list(args.scores or PAPER_SCORES), quantiles=list(args.quantiles),
         include_random=args.include_random, batch_size=args.batch_size, dtype=args.dtype,
         backend=args.backend, device=args.device, n_ctx=args.n_ctx, seed=args.seed, thresholds=args.thresholds,
+        reuse_prefix=args.reuse_prefix, attention=args.attention,
     )
 
 

@@ -87,7 +87,8 @@ class Worker:
         sub = self.plan.subset(indices)
         ablation = None if spec is None else _build(spec)
         result = evaluate(self.model, sub, ablation=ablation, batch_size=self.config.batch_size, progress=False,
-                          record=record or None)
+                          record=record or None, reuse_prefix=self.config.reuse_prefix,
+                          attention=self.config.evaluate_attention)
         lls = [[sub.request_ids[r], c, result.loglikelihoods[r][c]]
                for targets in sub.targets for r, c, _, _ in targets]
         out = {

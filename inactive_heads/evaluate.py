@@ -9,21 +9,23 @@ denominator of the realized fraction zeroed.
 
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import AblationSpec, HeadAblation, zero_heads_hook
-from .fast_attention import PrefixKV, compute_prefix, fast_attention, using_prefix
-from .hooks import HeadHookRunner, hook_name, make_batches, model_device
+from .ablation import AblationSpec, HeadAblation
+from .fast_attention import fast_attention
+from .hooks import HeadHookRunner, make_batches, model_device
 from .models import model_info
-from .prefix import group_by_prefix, prefix_tokens, supports_prefix_reuse
+from .prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from .recording import ScoreRecorder, scores_metadata, toolkit_version
 from .scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
+
+
+ATTENTION_MODES = ("auto", "exact", "fast", "eager")
 
 
 @dataclass
@@ -219,19 +221,23 @@ def _as_ablation(ablation) -> HeadAblation | None:
 def _logits_at(model, tokens, valid, rows, positions):
     """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch."""
     mask = valid.long()
-    cfg = model.cfg
     from transformer_lens import HookedTransformer
 
     # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
     if hasattr(model, "unembed") and isinstance(model, HookedTransformer):
-        resid = model(tokens, attention_mask=mask, stop_at_layer=cfg.n_layers)
-        x = resid[rows, positions][:, None, :]
-        logits = model.unembed(model.ln_final(x))[:, 0, :]
-        cap = getattr(cfg, "output_logits_soft_cap", -1.0)
-        if cap and cap > 0:
-            logits = cap * torch.tanh(logits / cap)
-        return logits
+        resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
+        return _unembed_at(model, resid, rows, positions)
     return model(tokens, attention_mask=mask)[rows, positions]
+
+
+def _unembed_at(model, resid, rows, positions):
+    """A ``HookedTransformer``'s logits from its last residual stream, at (row, position) pairs."""
+    x = resid[rows, positions][:, None, :]
+    logits = model.unembed(model.ln_final(x))[:, 0, :]
+    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
+    if cap and cap > 0:
+        logits = cap * torch.tanh(logits / cap)
+    return logits
 
 
 @dataclass
@@ -243,6 +249,16 @@ class _Pass:
     ablation: HeadAblation | None
     recorder: ScoreRecorder | None
     lls: list[list[float]]
+
+    @property
+    def callbacks(self) -> list:
+        """What sees each layer when a shared prefix is reused: the same ablation and recorder."""
+        return ([self.ablation.flags_for] if self.ablation is not None else []) + (
+            [self.recorder.on_layer] if self.recorder is not None else [])
+
+    @property
+    def reads(self) -> set[str]:
+        return {name for runner in self.runners for name in runner.reads}
 
 
 def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record) -> _Pass:
@@ -277,71 +293,81 @@ def _batch_targets(plan: EvalPlan, indices: list[int], offset: int = 0):
     return rows, positions, owners
 
 
-def _score_batch(model, plan: EvalPlan, run: _Pass, batch, indices: torch.Tensor, offset: int = 0) -> None:
+def _score_batch(model, plan: EvalPlan, run: _Pass, batch, indices: torch.Tensor) -> None:
     """Forward one right-padded batch and add its continuation log-probabilities to ``run.lls``."""
     for runner in run.runners:
         runner.set_batch(batch.valid, plan.global_ids(indices))
     device = batch.tokens.device
-    rows, positions, owners = _batch_targets(plan, indices.tolist(), offset)
+    rows, positions, owners = _batch_targets(plan, indices.tolist())
     logits = _logits_at(
         model, batch.tokens, batch.valid,
         torch.tensor(rows, device=device), torch.tensor(positions, device=device),
     )
+    _add_loglikelihoods(plan, run, logits, owners)
+
+
+def _add_loglikelihoods(plan: EvalPlan, run: _Pass, logits, owners) -> None:
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=device)]
+    picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=logits.device)]
     if not torch.isfinite(picked).all():
         raise FloatingPointError(f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32")
     for (r, c, _), lp in zip(owners, picked.tolist()):
         run.lls[r][c] += lp
 
 
-def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_size: int, bar,
-                prefix: PrefixKV | None = None) -> None:
-    """Score plan inputs ``members`` in length-sorted batches (after ``prefix``'s tokens, if given)."""
-    offset = prefix.length if prefix is not None else 0
-    sequences = [plan.inputs[i][offset:] for i in members]
-    reuse = using_prefix(model, prefix) if prefix is not None else nullcontext()
-    with model.hooks(fwd_hooks=run.hooks), reuse:
-        for batch in make_batches(sequences, batch_size, device=model_device(model)):
+def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_size: int, bar) -> None:
+    """Score plan inputs ``members`` in length-sorted batches."""
+    with model.hooks(fwd_hooks=run.hooks):
+        for batch in make_batches([plan.inputs[i] for i in members], batch_size, device=model_device(model)):
             indices = torch.tensor([members[j] for j in batch.indices.tolist()], dtype=torch.long)
-            _score_batch(model, plan, run, batch, indices, offset)
+            _score_batch(model, plan, run, batch, indices)
             bar.update(len(indices))
 
 
-def _prefix_hooks(abl: HeadAblation | None) -> list:
-    """Hooks for computing a shared prefix: a static ablation's zeroing, without its counting."""
-    if abl is None:
-        return []
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in abl.heads:
-        by_layer.setdefault(layer, []).append(head)
-    return [(hook_name(layer, "z"), zero_heads_hook(heads)) for layer, heads in by_layer.items()]
+def _run_shared(model, plan: EvalPlan, run: _Pass, shared: SharedPrefix, members: list[int],
+                batch_size: int, bar) -> None:
+    """Score plan inputs ``members``, which all start with ``shared``'s prefix, after it."""
+    offset = shared.length
+    sequences = [plan.inputs[i][offset:] for i in members]
+    for batch in make_batches(sequences, batch_size, device=model_device(model)):
+        indices = torch.tensor([members[j] for j in batch.indices.tolist()], dtype=torch.long)
+        resid = shared.forward(batch.tokens, batch.valid, plan.global_ids(indices))
+        rows, positions, owners = _batch_targets(plan, indices.tolist(), offset)
+        device = resid.device
+        logits = _unembed_at(model, resid, torch.tensor(rows, device=device), torch.tensor(positions, device=device))
+        _add_loglikelihoods(plan, run, logits, owners)
+        bar.update(len(indices))
 
 
 def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_prefix: bool,
              attention: str) -> dict[str, Any]:
     """Score every plan input; with ``reuse_prefix``, inputs sharing a long prefix (an MMLU
-    subject's few-shot examples) compute it once. Returns what the reuse did."""
-    if attention not in ("fast", "exact", "eager"):
-        raise ValueError(f"attention must be 'fast', 'exact' or 'eager', got {attention!r}")
+    subject's few-shot examples) run against one cached prefix (:class:`SharedPrefix`). Returns
+    what the reuse did."""
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
+    if attention == "auto":
+        # A plain pass computes no score: the fused kernel. Anything that zeroes heads or records
+        # scores keeps TransformerLens's exact arithmetic, so in-pass scores equal record_scores's
+        # to the bit and a run that zeroes nothing equals the unablated exact pass.
+        attention = "fast" if run.recorder is None and run.ablation is None else "exact"
+    every = list(range(len(plan.inputs)))
     with fast_attention(model, enabled=attention != "eager", fused=attention == "fast") as fast, \
             torch.inference_mode():
-        reuse = fast and reuse_prefix and run.recorder is None and supports_prefix_reuse(model, run.ablation)
-        every = list(range(len(plan.inputs)))
+        reuse = fast and reuse_prefix and supports_prefix_reuse(model, run.ablation)
         if not reuse:
             _run_inputs(model, plan, run, every, batch_size, bar)
-            return {"used": False, "inputs_reused": 0, "n_inputs": len(every), "prefix_tokens_saved": 0}
+            return {"used": False, "attention": attention, "n_inputs": len(every), "inputs_reused": 0}
         limits = [min(first for _, _, first, _ in targets) for targets in plan.targets]
         groups, alone = group_by_prefix(plan.inputs, limits)
         if alone:
             _run_inputs(model, plan, run, alone, batch_size, bar)
+        stats = ReuseStats()
+        seed = run.ablation.seed if run.ablation is not None else 0
         for group in groups:
-            with model.hooks(fwd_hooks=_prefix_hooks(run.ablation)):
-                kv = compute_prefix(model, prefix_tokens(group, model_device(model)))
-            _run_inputs(model, plan, run, group.members, batch_size, bar, prefix=kv)
-    reused = sum(len(g.members) for g in groups)
-    return {"used": True, "groups": len(groups), "inputs_reused": reused, "n_inputs": len(every),
-            "prefix_tokens_saved": sum(g.length * (len(g.members) - 1) for g in groups)}
+            shared = SharedPrefix(model, group.tokens, run.callbacks, reads=run.reads, seed=seed, stats=stats)
+            _run_shared(model, plan, run, shared, group.members, batch_size, bar)
+    return {"used": True, "attention": attention, "n_inputs": len(every), **stats.as_dict()}
 
 
 def evaluate(
@@ -359,7 +385,7 @@ def evaluate(
     record: Sequence[str] | None = None,
     record_description: str | None = None,
     reuse_prefix: bool = False,
-    attention: str = "exact",
+    attention: str = "auto",
 ) -> EvalResult:
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
@@ -374,15 +400,17 @@ def evaluate(
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
     same pass (``result.head_scores``, as :func:`record_scores` would on ``plan.inputs``).
-    A ``HookedTransformer`` runs :mod:`inactive_heads.fast_attention`: by default
-    (``attention="exact"``) the same operations as TransformerLens with the mask built once per
-    forward, so every number equals TransformerLens's and :func:`record_scores`'s to the bit;
-    ``attention="fast"`` runs PyTorch's fused attention wherever nothing reads the pattern (a little
-    faster, log-likelihoods within float rounding, ~2e-5); ``attention="eager"`` runs
-    TransformerLens's own attention. ``reuse_prefix=True``: plain and static runs compute a prefix
-    shared by many inputs (MMLU few-shot examples) once (:mod:`inactive_heads.prefix`; the same
-    numbers up to float rounding, not to the bit); dynamic and random runs always compute every
-    input in full. ``result.prefix_reuse`` says what was reused.
+    A ``HookedTransformer`` runs :mod:`inactive_heads.fast_attention`. ``attention="auto"``
+    (default): PyTorch's fused kernel for a plain run (log-likelihoods within float rounding of
+    TransformerLens's, ~2e-5), and the exact form — TransformerLens's operations with the mask
+    built once per forward — for any run that zeroes heads or records scores, so in-pass scores
+    equal :func:`record_scores`'s to the bit and a run that zeroes nothing equals the exact plain
+    pass to the bit (sweeps run every pass in the exact form).
+    ``"exact"`` / ``"fast"`` force one form; ``"eager"`` runs TransformerLens's own attention.
+    ``reuse_prefix=True``: inputs sharing a long prefix (MMLU few-shot examples) run against a
+    cache of it, computed once per distinct history of zeroing decisions (plain, static, dynamic
+    and recording alike; Random always runs in full) — :mod:`inactive_heads.prefix`; the same
+    numbers up to float rounding, not to the bit. ``result.prefix_reuse`` says what was reused.
     """
     plan = task if isinstance(task, EvalPlan) else plan_evaluation(
         model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,

@@ -71,8 +71,8 @@ class PrefixKV:
     """Rotated keys and values of one shared prefix, per layer (``[1, prefix, kv_head, d_head]``)."""
 
     length: int
-    keys: list[Tensor] = field(default_factory=list)
-    values: list[Tensor] = field(default_factory=list)
+    keys: list[Tensor | None] = field(default_factory=list)
+    values: list[Tensor | None] = field(default_factory=list)
 
 
 class _State:
@@ -88,15 +88,18 @@ class _State:
         self.capture: PrefixKV | None = None
         self.prefix: PrefixKV | None = None
         self.fused = True  # False: z from the eager pattern wherever hook_pattern is hooked
-        self._key = None
-        self._value = None
+        # Set while a layer's attention output is already known (the prefix's z with some heads
+        # zeroed): the layer skips q/k/v and attention and applies W_O to it.
+        self.z_override: Tensor | None = None
+        self._masks: list[tuple] = []  # a few recent (key, value) pairs of masks()
 
     def masks(self, attention_mask: Tensor | None, q_len: int, device, dtype):
         """(bool mask or None, additive mask or None, usable); None masks mean "plain causal"."""
         p = self.prefix.length if self.prefix is not None else 0
-        key = (attention_mask, q_len, p, device, dtype)
-        if self._key is not None and self._key[0] is attention_mask and self._key[1:] == key[1:]:
-            return self._value
+        key = (q_len, p, device, dtype)
+        for mask, k, value in self._masks:
+            if mask is attention_mask and k == key:
+                return value
         if attention_mask is not None:
             m = attention_mask.bool()
             right_padded = bool(m[:, 0].all()) and bool((m[:, 1:] <= m[:, :-1]).all())
@@ -113,7 +116,8 @@ class _State:
             additive = torch.zeros(allowed.shape, dtype=dtype, device=device)
             additive.masked_fill_(~allowed, float("-inf"))
             value = (allowed, additive, True)
-        self._key, self._value = key, value
+        # A prefix-reusing pass alternates between the prefix's mask and its batch's: keep a few.
+        self._masks = [(attention_mask, key, value)] + self._masks[:3]
         return value
 
 
@@ -174,8 +178,6 @@ def _attention(
     hooked = _hooked(self.hook_pattern)
     if state.fused and not hooked:
         return _fused(self, qh, kh, vh, allowed, group).transpose(1, 2)
-    if n_keys != n and hooked:
-        raise RuntimeError("hook_pattern cannot be served with a reused prefix; evaluate without prefix reuse")
     # Eager, grouped: query heads of one KV head stacked along the query axis (no K/V copies).
     # Scores divided by the scale after the product, as TransformerLens does (same rounding).
     qg = qh.reshape(b, n_kv, group * n, d_head)
@@ -207,6 +209,8 @@ def _fast_forward(
     *,
     _state: _State,
 ):
+    if _state.z_override is not None:
+        return _output(self, _state.z_override)
     prefix = _state.prefix
     usable = attention_mask is None or _state.masks(
         attention_mask, attention_mask.shape[1], attention_mask.device, self.W_Q.dtype
@@ -238,7 +242,11 @@ def _fast_forward(
         v = torch.cat([prefix.values[layer].expand(b, -1, -1, -1).to(v.dtype), v], dim=1)
     if attention_mask is not None:
         attention_mask = attention_mask.to(q.device)
-    z = self.hook_z(_attention(self, q, k, v, _state, attention_mask))
+    return _output(self, self.hook_z(_attention(self, q, k, v, _state, attention_mask)))
+
+
+def _output(self, z: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "batch pos d_model"]:
+    """The attention block's output ``z W_O + b_O``, one matrix product over all heads."""
     w_o = self.W_O
     z_flat = z.reshape(z.shape[0] * z.shape[1], -1).to(w_o.dtype)
     out = torch.addmm(self.b_O.to(z.device), z_flat, w_o.reshape(-1, w_o.shape[-1]).to(z.device))
@@ -284,40 +292,9 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
         model.__dict__.pop(_MARK, None)
 
 
-def _state_of(model) -> _State:
+def state_of(model) -> _State:
+    """The fast forward's state of ``model`` (inside :func:`fast_attention`), for prefix reuse."""
     state = getattr(model, _MARK, None)
     if state is None:
         raise RuntimeError("prefix reuse runs inside fast_attention(model); wrap the calls in it")
     return state
-
-
-def compute_prefix(model, prefix: Int[Tensor, " pos"]) -> PrefixKV:
-    """Run ``prefix`` once (inside :func:`fast_attention`) and keep every layer's keys and values.
-
-    Hooks installed on the model fire on the prefix as on any input (static ablation at ``hook_z``
-    zeroes the prefix too, so its keys and values downstream are the ablated ones).
-    """
-    state = _state_of(model)
-    if state.prefix is not None or state.capture is not None:
-        raise RuntimeError("compute_prefix cannot run while a prefix is in use")
-    kv = PrefixKV(int(prefix.shape[-1]))
-    state.capture = kv
-    try:
-        tokens = prefix.reshape(1, -1)
-        model(tokens, attention_mask=torch.ones_like(tokens), stop_at_layer=model.cfg.n_layers)
-    finally:
-        state.capture = None
-    return kv
-
-
-@contextmanager
-def using_prefix(model, kv: PrefixKV):
-    """Inside the block, each forward's tokens continue ``kv``'s prefix (pass an attention_mask)."""
-    state = _state_of(model)
-    if state.capture is not None or state.prefix is not None:
-        raise RuntimeError("one prefix at a time")
-    state.prefix = kv
-    try:
-        yield kv
-    finally:
-        state.prefix = None

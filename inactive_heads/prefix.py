@@ -1,19 +1,41 @@
 """Exact reuse of a shared prompt prefix: compute it once, run only the rest of each input.
 
 All MMLU prompts of one subject start with the same few-shot examples (about 80 % of their
-tokens). In a causal model the prefix's keys and values do not depend on what follows, so a
-plain or statically ablated evaluation can run the prefix once per group and the remaining tokens
-of each input against its cached keys and values — the same numbers up to float rounding.
+tokens). In a causal model the prefix's activations do not depend on what follows it, only on the
+heads zeroed while computing it. :class:`SharedPrefix` runs the inputs of one group (a
+:class:`PrefixGroup`) layer by layer against a cache of the prefix:
 
-Dynamic ablation decides per *whole sequence* (a score averages over all positions, and later
-layers see earlier layers' decisions), so a cached prefix computed under other decisions is not
-reusable as is; those runs recompute every input in full (see ``docs/gotchas.md``).
+- the prefix's state at layer ``l`` (its residual stream, rotated keys, values, attention output
+  before zeroing, and pattern when a score reads it) is computed once per distinct *decision
+  history*: the heads zeroed at layers ``0..l-1``. The cache is a tree: a node per (layer,
+  history), a child per distinct set of heads zeroed at that layer;
+- at every layer, each input's tokens after the prefix attend to its node's cached keys and
+  values. The score functions see the whole sequence, exactly as without reuse: the hooks join the
+  node's prefix rows with the input's own rows (values, outputs, and pattern rows padded with the
+  zeros a causal mask gives), so every score — built-in or registered — runs unchanged;
+- the input's decision at that layer (zero these heads for this sequence) then picks the child it
+  continues from. While inputs decide alike they share one path; an input that decides otherwise
+  gets its own branch, computed from that layer on from the cached attention output of the layer
+  where it left (nothing before it is recomputed), and later inputs with the same decisions reuse
+  that branch.
+
+Plain runs have one path (nothing zeroed), static runs too (the same heads everywhere); dynamic
+runs branch where sequences disagree. The numbers equal a full recompute up to float rounding
+(prefix and rest are separate matrix products), so a flag can only differ for a head whose score
+lies within rounding of τ. Random ablation draws independently per sequence, so nothing is shared:
+it always runs in full. ``ReuseStats`` counts how often the cache held.
 """
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
 
+from .fast_attention import PrefixKV, read_only, state_of, supports_fast_attention
+from .scores import LayerActivations
 
 @dataclass
 class PrefixGroup:
@@ -70,15 +92,252 @@ def group_by_prefix(
     return groups, sorted(alone)
 
 
-def supports_prefix_reuse(model, ablation) -> bool:
-    """Plain or static runs of a rotary ``HookedTransformer`` (the fast attention path) can reuse."""
-    from .ablation import StaticAblation
-    from .fast_attention import supports_fast_attention
+def supports_prefix_reuse(model, ablation=None) -> bool:
+    """A rotary ``HookedTransformer`` on the fast attention path can reuse a prefix, with or without
+    ablation, except Random (its draws differ per sequence at every layer: nothing to share)."""
+    from .ablation import RandomAblation
 
-    if ablation is not None and type(ablation) is not StaticAblation:
+    if isinstance(ablation, RandomAblation):
         return False
     return supports_fast_attention(model) and model.cfg.positional_embedding_type == "rotary"
 
 
-def prefix_tokens(group: PrefixGroup, device) -> torch.Tensor:
-    return torch.tensor(group.tokens, dtype=torch.long, device=device)
+# Bytes of prefix states a SharedPrefix keeps for later batches; past it, new branches are used by
+# the batch that made them and dropped.
+CACHE_BYTES = 4 * 2**30
+
+
+class _NodeDone(Exception):
+    """Raised at a prefix node's ``hook_z``: its attention is all that is needed of that layer."""
+
+
+class _Node:
+    """The prefix at one layer under one decision history."""
+
+    __slots__ = ("layer", "resid", "keys", "values", "z", "pattern", "children")
+
+    def __init__(self, layer: int, resid: Tensor):
+        self.layer = layer
+        self.resid = resid  # [1, prefix, d_model], entering `layer`
+        self.keys: Tensor | None = None  # [1, prefix, kv_head, d_head], rotated
+        self.values: Tensor | None = None
+        self.z: Tensor | None = None  # [1, prefix, head, d_head], before any zeroing at `layer`
+        self.pattern: Tensor | None = None  # [1, head, prefix, prefix], when a score reads it
+        self.children: dict[bytes, _Node] = {}
+
+    def nbytes(self) -> int:
+        parts = (self.resid, self.keys, self.values, self.z, self.pattern)
+        return sum(t.numel() * t.element_size() for t in parts if t is not None)
+
+
+@dataclass
+class ReuseStats:
+    """How often the cached prefix held: prefix layers a full recompute would run
+    (``needed`` = inputs × layers) and those actually computed."""
+
+    groups: int = 0
+    inputs: int = 0
+    needed: int = 0
+    computed: int = 0
+    branches: int = 0  # prefix states made for a decision history other than the first one seen
+
+    @property
+    def hit_rate(self) -> float:
+        return 1.0 - self.computed / self.needed if self.needed else 0.0
+
+    def as_dict(self) -> dict:
+        return {"groups": self.groups, "inputs_reused": self.inputs, "prefix_layers_needed": self.needed,
+                "prefix_layers_computed": self.computed, "branches": self.branches,
+                "hit_rate": round(self.hit_rate, 4)}
+
+
+# A callback sees one layer's activations of whole sequences (prefix + rest) and returns the
+# heads to zero per sequence ([batch, head] bool) or None (it only reads).
+LayerCallback = Callable[[LayerActivations], Tensor | None]
+
+
+class SharedPrefix:
+    """Run inputs that share a prefix, computing the prefix once per decision history.
+
+    ``callbacks`` are called at every layer with whole-sequence :class:`LayerActivations` (what
+    ``reads`` asks for, ``z`` always); the last one returning flags decides what is zeroed. Use
+    inside :func:`~inactive_heads.fast_attention.fast_attention` and ``torch.inference_mode()``:
+
+    >>> shared = SharedPrefix(model, prefix_ids, [ablation.flags_for], reads=ablation.reads)  # doctest: +SKIP
+    >>> resid = shared.forward(rest_tokens, valid, sequence_ids)   # [batch, rest, d_model]  # doctest: +SKIP
+    """
+
+    def __init__(self, model, tokens: list[int], callbacks: list[LayerCallback], *,
+                 reads=("z",), seed: int = 0, stats: ReuseStats | None = None,
+                 cache_bytes: int = CACHE_BYTES):
+        self.model = model
+        self.callbacks = list(callbacks)
+        self.reads = set(reads) | {"z"}
+        self.seed = seed
+        self.stats = stats if stats is not None else ReuseStats()
+        self.cache_bytes = cache_bytes
+        self.n_layers = model.cfg.n_layers
+        self.n_heads = model.cfg.n_heads
+        self.length = len(tokens)
+        self._state = state_of(model)
+        device = next(model.parameters()).device
+        prefix = torch.tensor([tokens], dtype=torch.long, device=device)
+        self._ones = torch.ones_like(prefix)
+        self._mode: str | None = None
+        self._held: dict[str, Tensor] = {}
+        self._nodes: list[_Node] = []
+        self._batch: tuple[Tensor, Tensor] | None = None
+        self._flags: Tensor | None = None
+        self._first: list[_Node | None] = [None] * self.n_layers  # the first state made per layer
+        self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
+        self._stored = self.root.nbytes()
+        self.stats.groups += 1
+
+    # -- hooks ------------------------------------------------------------------------------
+    def _hooks(self) -> list:
+        hooks = []
+        for layer in range(self.n_layers):
+            for name in ("v", "pattern"):
+                if name in self.reads:
+                    hooks.append((f"blocks.{layer}.attn.hook_{name}", self._hold(name)))
+            hooks.append((f"blocks.{layer}.attn.hook_z", self._at_z(layer)))
+        return hooks
+
+    def _hold(self, name: str):
+        @read_only
+        def hook(activation: Tensor, hook) -> None:
+            if self._mode is not None:
+                self._held[name] = activation
+
+        return hook
+
+    def _rows(self, attr: str, b: int) -> Tensor:
+        """The nodes' cached ``attr`` for each row of the batch: ``[batch, ...]``."""
+        parts = [getattr(node, attr) for node in self._nodes]
+        if all(p is parts[0] for p in parts):
+            return parts[0].expand(b, *parts[0].shape[1:])
+        return torch.cat(parts)
+
+    def _at_z(self, layer: int):
+        def hook(z: Tensor, hook) -> Tensor | None:
+            if self._mode == "node":
+                self._held["z"] = z
+                raise _NodeDone
+            if self._mode != "rows":
+                return None
+            held, self._held = self._held, {}
+            b, rest = z.shape[0], z.shape[1]
+            valid, sequence_ids = self._batch
+            pattern = None
+            if "pattern" in self.reads:
+                top = F.pad(self._rows("pattern", b), (0, rest))  # prefix queries never see the rest
+                pattern = torch.cat([top, held["pattern"].to(top.dtype)], dim=2)
+            acts = LayerActivations(
+                layer=layer,
+                n_heads=self.n_heads,
+                valid=torch.cat([valid.new_ones((b, self.length)), valid], dim=1),
+                sequence_ids=sequence_ids,
+                pattern=pattern,
+                v_grouped=torch.cat([self._rows("values", b), held["v"]], dim=1) if "v" in self.reads else None,
+                z=torch.cat([self._rows("z", b), z], dim=1),
+                W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
+                seed=self.seed,
+            )
+            flags = None
+            for callback in self.callbacks:
+                out = callback(acts)
+                if out is not None:
+                    flags = out
+            self._flags = flags
+            return None if flags is None else z.masked_fill(flags[:, None, :, None].to(z.device), 0.0)
+
+        return hook
+
+    # -- the prefix tree --------------------------------------------------------------------
+    def _run_layer(self, resid: Tensor, layer: int, mask: Tensor) -> Tensor:
+        return self.model(resid, start_at_layer=layer, stop_at_layer=layer + 1, attention_mask=mask)
+
+    def _attend(self, node: _Node) -> None:
+        """The prefix's attention at ``node.layer``: keys, values, z (and pattern), nothing after."""
+        capture = PrefixKV(self.length)
+        self._state.capture, self._mode, self._held = capture, "node", {}
+        try:
+            self._run_layer(node.resid, node.layer, self._ones)
+        except _NodeDone:
+            pass
+        finally:
+            self._state.capture, self._mode = None, None
+        held, self._held = self._held, {}
+        node.keys, node.values, node.z = capture.keys[0], capture.values[0], held["z"]
+        node.pattern = held.get("pattern")
+        self.stats.computed += 1
+
+    def _child(self, node: _Node, flags: Tensor | None) -> _Node:
+        """The prefix entering the next layer when ``flags`` (``[head]``, or None) are zeroed at
+        ``node.layer``: that layer's W_O and the rest of its block, from the cached z."""
+        z = node.z if flags is None else node.z.masked_fill(flags[None, None, :, None], 0.0)
+        self._state.z_override = z
+        try:
+            resid = self._run_layer(node.resid, node.layer, self._ones)
+        finally:
+            self._state.z_override = None
+        return _Node(node.layer + 1, resid)
+
+    def _route(self, nodes: list[_Node], flags: Tensor | None) -> list[_Node]:
+        """Each row's state for the next layer, following its decision at this one."""
+        layer = nodes[0].layer
+        if flags is None:
+            keys, rows = [b""] * len(nodes), [None] * len(nodes)
+        else:
+            host = flags.to("cpu", torch.bool)  # one device->host copy per layer and batch
+            rows = list(host)
+            keys = [bytes(row.numpy().tobytes()) for row in rows]
+        made: dict[tuple[int, bytes], _Node] = {}
+        out = []
+        for node, key, row in zip(nodes, keys, rows):
+            child = node.children.get(key) or made.get((id(node), key))
+            if child is None:
+                zeroed = None if row is None or not bool(row.any()) else row.to(node.z.device)
+                child = self._child(node, zeroed)
+                if self._first[layer + 1] is None:
+                    self._first[layer + 1] = child
+                else:
+                    self.stats.branches += 1
+                size = child.resid.numel() * child.resid.element_size() * 4  # with its attention, roughly
+                if self._stored + size <= self.cache_bytes:
+                    node.children[key] = child
+                    self._stored += size
+                else:
+                    made[(id(node), key)] = child
+            out.append(child)
+        return out
+
+    def forward(self, tokens: Int[Tensor, "batch rest"], valid: Bool[Tensor, "batch rest"],
+                sequence_ids: Int[Tensor, " batch"]) -> Float[Tensor, "batch rest d_model"]:
+        """The residual stream after the last layer at the positions after the prefix, for a
+        right-padded batch of inputs with the prefix removed."""
+        model, state = self.model, self._state
+        b = tokens.shape[0]
+        mask = valid.to(dtype=torch.long, device=tokens.device)
+        kv = PrefixKV(self.length, [None] * self.n_layers, [None] * self.n_layers)
+        self._batch = (valid, sequence_ids)
+        nodes = [self.root] * b
+        with model.hooks(fwd_hooks=self._hooks()):
+            resid = model(tokens, attention_mask=mask, stop_at_layer=0)
+            for layer in range(self.n_layers):
+                for node in {id(n): n for n in nodes}.values():
+                    if node.z is None:
+                        self._attend(node)
+                self._nodes = nodes
+                kv.keys[layer], kv.values[layer] = self._rows("keys", 1), self._rows("values", 1)
+                state.prefix, self._mode, self._flags = kv, "rows", None
+                try:
+                    resid = self._run_layer(resid, layer, mask)
+                finally:
+                    state.prefix, self._mode = None, None
+                if layer + 1 < self.n_layers:
+                    nodes = self._route(nodes, self._flags)
+        self._nodes, self._batch = [], None
+        self.stats.inputs += b
+        self.stats.needed += b * self.n_layers
+        return resid

@@ -306,14 +306,17 @@ def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[Sco
 
 
 def layer_reads(functions) -> tuple[str, ...]:
-    """What the hooks hold for these score functions.
+    """What the hooks capture for these score functions: what they declare, and ``z`` always
+    (the callbacks run at ``hook_z``).
 
-    A layer's pattern, values and outputs are alive until its hook_z anyway, so holding them costs
-    no memory and an undeclared read of them still works. ``W_O`` is fetched only when a score
-    declares it (the bridge rebuilds it on every access).
+    Only a declared ``pattern`` makes a layer compute its attention pattern: with fused attention
+    (:mod:`inactive_heads.fast_attention`) an unread pattern is never formed, so AHON, AVVN, FTVVN,
+    LTHON and FHO run without it. A score that reads something it did not declare gets a one-line
+    error naming the missing ``reads=``. ``W_O`` is fetched only when declared (the bridge rebuilds
+    it on every access).
     """
-    wants_w_o = any("W_O" in f.reads for f in functions)
-    return ("pattern", "v", "z", "W_O") if wants_w_o else ("pattern", "v", "z")
+    wanted = {"z"}.union(*(f.reads for f in functions))
+    return tuple(name for name in READABLE if name in wanted)
 
 
 def layer_normalize(scores: Float[Tensor, "batch head"]) -> Float[Tensor, "batch head"]:

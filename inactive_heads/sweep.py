@@ -80,6 +80,10 @@ class SweepConfig:
     seed: int = 0
     thresholds: str = "calibrated"
     source: str | None = None
+    # Evaluation speed (evaluate's options of the same names): prefix reuse gives the same numbers up
+    # to float rounding, not to the bit, so it is off unless asked for.
+    reuse_prefix: bool = False
+    attention: str = "auto"
 
     def __post_init__(self):
         from .tasks import TASKS
@@ -94,6 +98,12 @@ class SweepConfig:
             raise ValueError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
+        from .evaluate import ATTENTION_MODES
+
+        if self.attention not in ATTENTION_MODES:
+            raise ValueError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
+        if not isinstance(self.reuse_prefix, bool):
+            raise ValueError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
             raise ValueError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
         self.scores = [s for s in self.scores if s != "random"]
@@ -150,6 +160,12 @@ class SweepConfig:
     def records_scores(self) -> bool:
         """Whether the baseline pass records scores (calibrated thresholds for some score)."""
         return bool(self.scores) and self.thresholds == "calibrated"
+
+    @property
+    def evaluate_attention(self) -> str:
+        """The attention form of every pass: ``"auto"`` means the exact form for all of them, so the
+        baseline and the ablated runs share one arithmetic (p = 0 equals the baseline to the bit)."""
+        return "exact" if self.attention == "auto" else self.attention
 
     def reuses_baseline(self, key: str | None, q: float | None) -> bool:
         """A run that zeroes nothing by construction: p = 0 with τ calibrated on these very inputs
@@ -479,6 +495,7 @@ def _local_baseline(config: SweepConfig, out: Path, model, plan, progress: bool)
     if need_scores or need_record:
         result = evaluate_module.evaluate(
             model, plan, batch_size=config.batch_size, progress=progress,
+            reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention,
             record=list(config.scores) if need_scores else None,
             record_description=scores_description(config, plan),
         )
@@ -500,7 +517,8 @@ def _local_runs(config: SweepConfig, out: Path, model, plan, thresholds, progres
         bar.set_postfix_str(rid)
         tau = thresholds[key].at(q)
         result = evaluate_module.evaluate(model, plan, ablation=ablation_for(config, key, tau),
-                                          batch_size=config.batch_size, progress=progress)
+                                          batch_size=config.batch_size, progress=progress,
+                                          reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention)
         write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model))
         bar.update(1)
     bar.close()

@@ -27,7 +27,7 @@ def _close(a, b, tol=2e-4):
 
 def test_plain_fast_and_exact_equal_eager(smollm2_hooked, plan, eager_plain):
     _close(eager_plain, ih.evaluate(smollm2_hooked, plan, attention="fast", progress=False))
-    exact = ih.evaluate(smollm2_hooked, plan, progress=False)  # the default
+    exact = ih.evaluate(smollm2_hooked, plan, attention="exact", progress=False)
     _close(eager_plain, exact, tol=1e-6)
 
 
@@ -50,7 +50,41 @@ def test_prefix_reuse_equals_full_recompute(smollm2_hooked, plan, eager_plain, s
     reused = ih.evaluate(smollm2_hooked, plan, ablation=make(), reuse_prefix=True, progress=False)
     assert reused.prefix_reuse["groups"] == 2  # one shared few-shot prefix per subject
     assert reused.prefix_reuse["inputs_reused"] == len(plan.inputs)
+    assert reused.prefix_reuse["branches"] == 0  # nothing decided per sequence: one path per prefix
     _close(full, reused)
     assert reused.realized_fraction == full.realized_fraction
     if static:
         assert full.loglikelihoods != eager_plain.loglikelihoods  # the zeroing did something
+
+
+class _ScoreProbe(ih.DynamicAblation):
+    """Dynamic ablation that also keeps each sequence's in-pass scores (to report a flag's distance to τ)."""
+
+    def __init__(self, score, tau):
+        super().__init__(score, tau)
+        self.seen = {}
+
+    def _decide_in_pass(self, acts):
+        values = self.score(acts)
+        for row, seq in enumerate(acts.sequence_ids.tolist()):
+            self.seen[(seq, acts.layer)] = values[row].cpu()
+        return super()._decide_in_pass(acts)
+
+
+@pytest.mark.parametrize("score, tau", [("ahon_ln", 0.6), ("awft", 0.9)])
+def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
+    """Dynamic runs reusing each subject's few-shot prefix: identical answers and per-(sequence,
+    layer, head) flags, log-likelihoods within float rounding, fewer prefix layers computed."""
+    plan = ih.plan_evaluation(smollm2_hooked, "mmlu", subjects=SUBJECTS, limit=4, num_fewshot=2)
+    full_abl, reuse_abl = _ScoreProbe(score, tau), _ScoreProbe(score, tau)
+    full = ih.evaluate(smollm2_hooked, plan, ablation=full_abl, progress=False)
+    reused = ih.evaluate(smollm2_hooked, plan, ablation=reuse_abl, reuse_prefix=True, batch_size=3, progress=False)
+    a, b = full_abl.stats.flagged_mask(), reuse_abl.stats.flagged_mask()
+    differing = [(s, l, h, float(full_abl.seen[(s, l)][h]) - tau, float(reuse_abl.seen[(s, l)][h]) - tau)
+                 for s, l, h in (a != b).nonzero().tolist()]
+    assert not differing, f"flags differ at (sequence, layer, head, score-τ full, score-τ reused): {differing}"
+    _close(full, reused, tol=1e-4)
+    assert 0 < reused.realized_fraction < 1
+    info = reused.prefix_reuse
+    assert info["used"] and info["groups"] == 2 and info["inputs_reused"] == len(plan.inputs)
+    assert 0 < info["prefix_layers_computed"] < info["prefix_layers_needed"]

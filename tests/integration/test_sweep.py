@@ -198,3 +198,23 @@ def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
     (tmp_path / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "since": "x"}))
     with FolderLock(tmp_path) as lock:
         assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+
+
+def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2_hooked, tmp_path):
+    """The same sweep with each subject's 2-shot prefix reused: identical answers and realized
+    fractions per layer in every run, thresholds and log-likelihoods within float rounding."""
+    options = dict(num_fewshot=2, quantiles=[0.0, 0.1, 0.3], include_random=False)
+    full = run_sweep(small_config(**options), tmp_path / "full", model=smollm2_hooked, progress=False)
+    reused = run_sweep(small_config(reuse_prefix=True, **options), tmp_path / "reused", model=smollm2_hooked,
+                       progress=False)
+    assert set(full.records) == set(reused.records)
+    for rid, a in full.records.items():
+        b = reused.records[rid]
+        assert a["correct"] == b["correct"], rid
+        assert a["realized_fraction_per_layer"] == b["realized_fraction_per_layer"], rid
+        worst = max(abs(x - y) for la, lb in zip(a["loglikelihoods"], b["loglikelihoods"]) for x, y in zip(la, lb))
+        assert worst <= 1e-4, (rid, worst)
+    assert reused.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
+    for key in ("ahon_ln", "awft"):
+        for q in options["quantiles"]:
+            assert reused.thresholds[key].at(q) == pytest.approx(full.thresholds[key].at(q), rel=1e-5, abs=1e-6)

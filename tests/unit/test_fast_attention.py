@@ -1,20 +1,13 @@
-"""Fast attention and prefix reuse equal TransformerLens's own eager attention (tiny GQA model).
+"""Fast attention equals TransformerLens's own eager attention (tiny GQA model); prefix grouping.
 
 The reference in every test is the unpatched ``HookedTransformer`` forward (full sequences, no
-cache); the code under test is the fused/grouped path and the cached-prefix path.
+cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/test_prefix.py.
 """
 
 import pytest
 import torch
 
-from inactive_heads.ablation import zero_heads_hook
-from inactive_heads.fast_attention import (
-    compute_prefix,
-    fast_attention,
-    read_only,
-    supports_fast_attention,
-    using_prefix,
-)
+from inactive_heads.fast_attention import fast_attention, read_only, supports_fast_attention
 from inactive_heads.hooks import make_batches
 from inactive_heads.prefix import group_by_prefix
 from tiny import random_sequences, tiny_gqa_model
@@ -129,29 +122,6 @@ def test_other_models_untouched_and_unsupported_configs_refused(model, batch):
     assert not supports_fast_attention(capped)
     with fast_attention(capped) as on:
         assert not on
-
-
-@pytest.mark.parametrize("zeroed", [None, {0: [1, 4], 2: [0]}])
-def test_prefix_reuse_equals_full_sequences(model, zeroed):
-    """Logits of suffixes run after a cached prefix equal those of the full sequences (plain and
-    with heads zeroed at hook_z on prefix and suffix alike)."""
-    gen = torch.Generator().manual_seed(7)
-    prefix = torch.randint(0, 97, (13,), generator=gen).tolist()
-    suffixes = [torch.randint(0, 97, (n,), generator=gen).tolist() for n in (5, 1, 9, 3)]
-    hooks = [(f"blocks.{l}.attn.hook_z", zero_heads_hook(h)) for l, h in (zeroed or {}).items()]
-    full = next(make_batches([prefix + s for s in suffixes], 4))
-    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
-        ref = model(full.tokens, attention_mask=full.valid.long())
-        with fast_attention(model):
-            kv = compute_prefix(model, torch.tensor(prefix))
-            part = next(make_batches(suffixes, 4))
-            with using_prefix(model, kv):
-                got = model(part.tokens, attention_mask=part.valid.long())
-    for row, i in enumerate(part.indices.tolist()):
-        ref_row = full.indices.tolist().index(i)
-        n = len(suffixes[i])
-        expected = ref[ref_row, len(prefix): len(prefix) + n]
-        assert (expected - got[row, :n]).abs().max() <= TOL
 
 
 def test_group_by_prefix_by_hand():
