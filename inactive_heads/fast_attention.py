@@ -9,17 +9,21 @@ only while the block runs, a forward that
 
 - computes ``q``, ``k``, ``v`` and rotary with TransformerLens's own methods, so ``hook_q``,
   ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
-- runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding mask, grouped KV heads
-  without copies) when no hook is attached to that layer's ``hook_pattern``/``hook_attn_scores``;
-- otherwise, when ``hook_pattern`` is hooked, computes the pattern eagerly but cheaper (one
-  additive mask per forward instead of ``where`` against a rebuilt one, grouped heads by a reshape
-  instead of copies, no NaN pass)
-  and fires ``hook_pattern`` with the same ``[batch, head, query, key]`` tensor; z then comes from
-  the pattern the hooks return, except when every hook is marked :func:`read_only` (the toolkit's
-  score and ablation hooks are): then z comes from the fused kernel, so reading the pattern never
-  changes the numbers;
+- with ``fused=True``, runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding
+  mask, grouped KV heads without copies) when no hook is attached to that layer's
+  ``hook_pattern``/``hook_attn_scores``; where ``hook_pattern`` is hooked by read-only hooks
+  (:func:`read_only`: the toolkit's score and ablation hooks are) they get the eager pattern and z
+  still comes from the fused kernel, so reading the pattern never changes the numbers;
+- with ``fused=False`` (the exact form), computes the pattern with TransformerLens's operations —
+  one additive mask per forward instead of ``where`` against a rebuilt one, grouped heads by a
+  reshape instead of copies, no NaN pass, and a block of query rows at a time so the scale, mask
+  and softmax passes stay in cache (each row's arithmetic is unchanged: logits equal
+  TransformerLens's to the bit on SmolLM2) — and z from it;
+- hands a hook that may change the pattern (not marked read-only) the whole pattern and takes z
+  from what it returns, as TransformerLens does;
 - fires ``hook_z`` on ``[batch, pos, head, d_head]`` and applies ``W_O`` as before, so ablation
-  at ``hook_z`` is unchanged.
+  at ``hook_z`` is unchanged. With the fused kernel, a gated MLP also uses its weights in place
+  (TransformerLens copies each one transposed on every call).
 
 A layer with a hook on ``hook_attn_scores``, a KV cache, or a model feature this forward does not
 implement (ALiBi, local windows, attention sinks, score soft-capping, log-n scaling, QKV clipping,
@@ -163,38 +167,73 @@ def _fused(self, qh, kh, vh, allowed, group: int) -> Tensor:
     )
 
 
+# The exact path computes attention in blocks of query rows of about this many score elements, so
+# the scale, mask and softmax passes stay in cache (each row's numbers are unchanged by blocking).
+_BLOCK_ELEMENTS = 1 << 21
+
+
 def _attention(
     self, q: Float[Tensor, "batch pos head d_head"], k: Tensor, v: Tensor, state: _State, attention_mask
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """z for one layer from the fused kernel; where ``hook_pattern`` is hooked, the pattern is also
-    computed eagerly and handed to the hooks, and z comes from it unless every hook is marked
-    :func:`read_only` (so a run that only reads the pattern gives the same z, to the bit, as one
-    that does not read it)."""
+    """z for one layer: from the fused kernel (``state.fused``) or from the eager pattern, computed
+    in blocks of query rows. Where ``hook_pattern`` is hooked the hooks get the whole
+    ``[batch, head, query, key]`` pattern; z comes from what they return unless every hook is
+    marked :func:`read_only` (then a run that only reads the pattern gives the same z, to the bit,
+    as one that does not read it)."""
     b, n, n_heads, d_head = q.shape
-    n_keys, n_kv = k.shape[1], k.shape[2]
-    group = n_heads // n_kv
+    n_keys = k.shape[1]
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, head, pos, d]
     allowed, additive, _ = state.masks(attention_mask, n, q.device, q.dtype)
+    group = n_heads // kh.shape[1]
     hooked = _hooked(self.hook_pattern)
     if state.fused and not hooked:
         return _fused(self, qh, kh, vh, allowed, group).transpose(1, 2)
-    # Eager, grouped: query heads of one KV head stacked along the query axis (no K/V copies).
-    # Scores divided by the scale after the product, as TransformerLens does (same rounding).
-    qg = qh.reshape(b, n_kv, group * n, d_head)
-    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, n, n_keys) / self.attn_scale
-    if additive is None:
-        if n_keys != n:
-            raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
-        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    if additive is None and n_keys != n:
+        raise RuntimeError("a reused prefix needs an attention mask; pass attention_mask")
+    if hooked and not _read_only(self.hook_pattern):
+        # A hook may change the pattern: hand it the whole pattern first, then use what it returns.
+        pattern = self.hook_pattern(_eager_pattern(self, qh, kh, additive, 0, n))
+        return _weighted(pattern, vh).transpose(1, 2)
+    rows = max(1, _BLOCK_ELEMENTS // max(1, b * n_heads * n_keys))
+    pattern = torch.empty((b, n_heads, n, n_keys), dtype=q.dtype, device=q.device) if hooked else None
+    z = None if state.fused else torch.empty((b, n_heads, n, d_head), dtype=v.dtype, device=v.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        block = _eager_pattern(self, qh, kh, additive, start, stop)
+        if pattern is not None:
+            pattern[:, :, start:stop] = block
+        if z is not None:
+            z[:, :, start:stop] = _weighted(block, vh)
+    if hooked:
+        self.hook_pattern(pattern)  # read-only hooks: they see the whole pattern and change nothing
+    if z is None:
+        z = _fused(self, qh, kh, vh, allowed, group)
+    return z.transpose(1, 2)
+
+
+def _eager_pattern(self, qh, kh, additive, start: int, stop: int) -> Tensor:
+    """Softmax attention weights of query rows ``start:stop``, ``[batch, head, rows, key]``, with
+    TransformerLens's operations: grouped product (query heads of one KV head stacked along the
+    query axis, no K/V copies), divided by the scale after the product, masked, soft-maxed."""
+    b, n_heads, _, d_head = qh.shape
+    n_kv, n_keys = kh.shape[1], kh.shape[2]
+    m = stop - start
+    qg = qh[:, :, start:stop].reshape(b, n_kv, n_heads // n_kv * m, d_head)
+    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, m, n_keys) / self.attn_scale
+    if additive is None:  # plain causal: row i sees keys 0..start+i
+        causal = torch.ones(m, n_keys, dtype=torch.bool, device=qh.device).triu(start + 1)
         scores = scores.masked_fill(causal, float("-inf"))
     else:
-        scores = scores + additive
-    pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-    if state.fused and _read_only(self.hook_pattern):
-        return _fused(self, qh, kh, vh, allowed, group).transpose(1, 2)
-    pattern = pattern.to(device=v.device, dtype=v.dtype)
-    z = (pattern.reshape(b, n_kv, group * n, n_keys) @ vh).view(b, n_heads, n, d_head)
-    return z.transpose(1, 2)
+        scores = scores + additive[:, :, start:stop]
+    return torch.softmax(scores, dim=-1)
+
+
+def _weighted(pattern: Tensor, vh: Tensor) -> Tensor:
+    """``pattern @ v`` per head, grouped KV heads without copies: ``[batch, head, rows, d_head]``."""
+    b, n_heads, m, n_keys = pattern.shape
+    n_kv, d_head = vh.shape[1], vh.shape[3]
+    pattern = pattern.to(device=vh.device, dtype=vh.dtype)
+    return (pattern.reshape(b, n_kv, n_heads // n_kv * m, n_keys) @ vh).view(b, n_heads, m, d_head)
 
 
 def _fast_forward(

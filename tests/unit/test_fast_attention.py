@@ -137,3 +137,31 @@ def test_group_by_prefix_by_hand():
     # nothing long enough shared: everything alone
     groups, alone = group_by_prefix(inputs, limits, min_length=7, min_fraction=0.0)
     assert [g.members for g in groups] == [[0, 2]] and alone == [1, 3, 4]
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "causal-only"])
+def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded):
+    """The exact path computes attention a few query rows at a time; with blocks of 5 rows the
+    logits still equal TransformerLens's eager forward, and a read-only pattern hook still sees the
+    whole [batch, head, query, key] pattern, equal to the eager one. Unpadded batches take the
+    plain causal mask, padded ones the additive mask."""
+    import inactive_heads.fast_attention as fa
+
+    if not padded:  # the longest row alone: every position real
+        n = int(batch.valid[0].sum())
+        batch = type(batch)(batch.tokens[:1, :n], batch.valid[:1, :n], batch.indices[:1])
+    b, width = batch.tokens.shape
+    monkeypatch.setattr(fa, "_BLOCK_ELEMENTS", 5 * b * 6 * width)  # 5 query rows per block
+    seen = {}
+    grab = read_only(lambda p, hook: seen.__setitem__(hook.name, p.clone()))
+    hooks = [("blocks.1.attn.hook_pattern", grab)]
+    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+        ref = model(batch.tokens, attention_mask=batch.valid.long())
+        eager_pattern = seen.pop("blocks.1.attn.hook_pattern")
+        with fast_attention(model, fused=False):
+            got = model(batch.tokens, attention_mask=batch.valid.long())
+    assert (ref - got)[batch.valid].abs().max() <= 1e-6
+    pattern = seen["blocks.1.attn.hook_pattern"]
+    assert pattern.shape == eager_pattern.shape
+    rows = batch.valid[:, None, :, None] & batch.valid[:, None, None, :]  # real query and key
+    assert (pattern - eager_pattern).abs()[rows.expand_as(pattern)].max() <= 1e-6
