@@ -7,6 +7,7 @@ Variants, all on the same questions, tokenized once, in the same length-sorted r
 - ``plain``: this toolkit's evaluator as it runs by default (``attention="auto"``: PyTorch's fused
   attention, since nothing reads the pattern; no prefix reuse), ``plain_exact`` (TransformerLens's
   arithmetic) and ``plain_reuse`` (each subject's few-shot prefix computed once);
+- ``plain_bridge``: the same plain evaluation on the ``TransformerBridge`` of the same weights;
 - ``dynamic_ahon_ln`` and ``dynamic_awft`` as they run by default (``auto``: exact arithmetic, so
   in-pass scores equal ``record_scores``'s to the bit), ``dynamic_ahon_ln_fast`` (fused attention:
   AHON reads no pattern), ``dynamic_ahon_ln_reuse`` (prefix reuse), and ``static``;
@@ -75,6 +76,7 @@ def main():
     model = ih.load_model(args.model, progress=False)
     info = ih.model_info(model)
     hf_model = AutoModelForCausalLM.from_pretrained(info.source, dtype=torch.float32).eval()
+    bridge = ih.load_model(args.model, backend="bridge", progress=False)
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit)
     static_heads = [(l, h) for l in range(info.n_layers) for h in range(0, info.n_heads, 4)]
     sweep = [None] + [DynamicAblation("ahon_ln", t).spec for t in args.ahon_ln] + [
@@ -94,6 +96,7 @@ def main():
         "plain": lambda: run(),
         "plain_exact": lambda: run(attention="exact"),
         "plain_reuse": lambda: run(reuse=True),
+        "plain_bridge": lambda: evaluate(bridge, plan, batch_size=args.batch_size, progress=False),
         "dynamic_ahon_ln": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1])),
         "dynamic_ahon_ln_fast": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), attention="fast"),
         "dynamic_ahon_ln_reuse": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), reuse=True),
@@ -138,6 +141,7 @@ def main():
         "ratio_qps_plain_vs_hf": round(qps["plain"] / qps["hf"], 3),
         "ratio_qps_plain_exact_vs_hf": round(qps["plain_exact"] / qps["hf"], 3),
         "ratio_qps_plain_reuse_vs_hf": round(qps["plain_reuse"] / qps["hf"], 3),
+        "ratio_qps_plain_bridge_vs_hf": round(qps["plain_bridge"] / qps["hf"], 3),
         "ratio_qps_dynamic_vs_hf": round(qps["dynamic_ahon_ln"] / qps["hf"], 3),
         "ratio_qps_dynamic_fast_vs_hf": round(qps["dynamic_ahon_ln_fast"] / qps["hf"], 3),
         "ratio_qps_dynamic_reuse_vs_hf": round(qps["dynamic_ahon_ln_reuse"] / qps["hf"], 3),

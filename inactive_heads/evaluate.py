@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .ablation import AblationSpec, HeadAblation
 from .fast_attention import fast_attention
 from .hooks import HeadHookRunner, make_batches, model_device
-from .models import model_info
+from .models import architecture_of, model_info
 from .prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from .recording import ScoreRecorder, scores_metadata, toolkit_version
 from .scores import resolve_scores
@@ -227,7 +227,25 @@ def _logits_at(model, tokens, valid, rows, positions):
     if hasattr(model, "unembed") and isinstance(model, HookedTransformer):
         resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
         return _unembed_at(model, resid, rows, positions)
+    hf = getattr(model, "original_model", None)  # a TransformerBridge's Hugging Face model
+    if hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR:
+        # The bridge's modules run (hooks fire) through Hugging Face's base model; the vocabulary
+        # projection then runs on the scored positions only, not on every position of the batch.
+        hidden = hf.base_model(input_ids=tokens, attention_mask=mask, use_cache=False).last_hidden_state
+        logits = hf.get_output_embeddings()(hidden[rows, positions])
+        cap = getattr(hf.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap  # Gemma-2/3, as their causal-LM head does
+        return logits
     return model(tokens, attention_mask=mask)[rows, positions]
+
+
+# Causal-LM classes whose logits are the output embedding of the base model's last hidden state
+# (then Gemma's soft cap): for these the evaluator projects only the scored positions.
+_HEAD_IS_ONE_LINEAR = frozenset({
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
+})
 
 
 def _unembed_at(model, resid, rows, positions):

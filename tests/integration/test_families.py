@@ -297,3 +297,26 @@ def test_a_subclass_of_the_bridge_is_still_a_bridge(family_dirs):
     model.__class__ = type("MyBridge", (TransformerBridge,), {})
     del model.inactive_heads_info
     assert model_info(model).backend == "bridge"
+
+
+def test_evaluator_logits_at_scored_positions_equal_hugging_face(family):
+    """What evaluate scores: logits at chosen (row, position) pairs of a right-padded batch (the
+    bridge projects only those positions onto the vocabulary) equal HF eager on each sequence alone."""
+    from inactive_heads.evaluate import _logits_at
+
+    case, _, model, hf = family
+    sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))
+    tokens = torch.zeros(len(sequences), N_TOKENS, dtype=torch.long)
+    valid = torch.zeros(len(sequences), N_TOKENS, dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        tokens[i, :len(seq)] = torch.tensor(seq)
+        valid[i, :len(seq)] = True
+    pairs = [(i, t) for i, seq in enumerate(sequences) for t in range(len(seq) - 3, len(seq))]
+    rows, positions = torch.tensor([i for i, _ in pairs]), torch.tensor([t for _, t in pairs])
+    with torch.inference_mode():
+        got = _logits_at(model, tokens, valid, rows, positions)
+    with torch.no_grad():
+        alone = [hf(torch.tensor([seq])).logits[0] for seq in sequences]
+    expected = torch.stack([alone[i][t] for i, t in pairs])
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max().item() <= 1e-4
