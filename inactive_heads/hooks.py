@@ -108,17 +108,22 @@ before each forward; without it every position counts as real.
         return hooks
 
 
-def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False) -> Tensor | None:
+def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False,
+                attention: str = "exact") -> Tensor | None:
     """Forward a right-padded batch with its attention mask; logits, or None if stopped early.
 
-    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention` in its
-    exact form (``fused=False``): the pattern computed once per forward's mask, grouped heads
-    without copies, the same operations as TransformerLens, so recorded scores (and the
-    thresholds calibrated on them) do not move.
+    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention`, by
+    default in its exact form: the same operations as TransformerLens (the mask built once per
+    forward, grouped heads without copies, query rows in blocks), so recorded scores (and the
+    thresholds calibrated on them) do not move. ``attention="fast"`` uses the fused kernel where no
+    score reads the pattern (as ``evaluate(..., attention="fast")`` does); ``"eager"``
+    TransformerLens's own attention.
     """
+    if attention not in ("exact", "fast", "eager"):
+        raise ValueError(f"attention must be 'exact', 'fast' or 'eager', got {attention!r}")
     mask = valid.to(dtype=torch.long, device=tokens.device)
     try:
-        with torch.inference_mode(), fast_attention(model, fused=False):
+        with torch.inference_mode(), fast_attention(model, enabled=attention != "eager", fused=attention == "fast"):
             return model(tokens, attention_mask=mask)
     except StopForward:
         if not stop_early:

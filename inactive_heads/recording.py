@@ -282,6 +282,7 @@ def record_scores(
     progress: bool = True,
     seed: int = 0,
     description: str | None = None,
+    attention: str = "exact",
 ) -> HeadScores:
     """Score every head on every input, streaming inside hooks.
 
@@ -293,7 +294,10 @@ def record_scores(
     the first token of the text) or token-id lists used as given. ``scores`` is None for every
     registered score, or keys. Batches are length-sorted and right-padded; pads are excluded from
     every score, so results do not depend on ``batch_size``. The forward stops after the last
-    layer's attention: no MLP of the last layer, no logits.
+    layer's attention: no MLP of the last layer, no logits. ``attention`` is the attention form
+    (:func:`~inactive_heads.hooks.run_forward`): the default ``"exact"`` gives the numbers that
+    ``evaluate``'s dynamic runs compute in-pass by default; use ``"fast"`` to calibrate for runs
+    evaluated with ``attention="fast"``.
     """
     functions = resolve_scores(scores)
     info = model_info(model)
@@ -307,7 +311,7 @@ def record_scores(
     with model.hooks(fwd_hooks=runner.fwd_hooks()):
         for batch in make_batches(sequences, batch_size, device=device):
             runner.set_batch(batch.valid, batch.indices)
-            run_forward(model, batch.tokens, batch.valid, stop_early=True)
+            run_forward(model, batch.tokens, batch.valid, stop_early=True, attention=attention)
             bar.update(len(batch.indices))
     bar.close()
     metadata = scores_metadata(model, [f.key for f in functions], sequences, description=description,

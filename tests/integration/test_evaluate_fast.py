@@ -2,6 +2,7 @@
 SmolLM2 MMLU: the same answers and per-sequence flags, log-likelihoods within float rounding."""
 
 import pytest
+import torch
 
 import inactive_heads as ih
 
@@ -88,3 +89,20 @@ def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
     info = reused.prefix_reuse
     assert info["used"] and info["groups"] == 2 and info["inputs_reused"] == len(plan.inputs)
     assert 0 < info["prefix_layers_computed"] < info["prefix_layers_needed"]
+
+
+def test_fast_form_is_one_arithmetic_for_recording_and_dynamic_runs(smollm2_hooked, plan):
+    """With attention="fast" everywhere, record_scores, the recording pass and a dynamic run that
+    zeroes nothing see the same numbers (to the bit), and those are within rounding of the exact form."""
+    keys = ["ahon_ln", "awft"]
+    recorded = ih.record_scores(smollm2_hooked, plan.inputs, keys, progress=False, attention="fast")
+    in_pass = ih.evaluate(smollm2_hooked, plan, record=keys, attention="fast", progress=False)
+    exact = ih.record_scores(smollm2_hooked, plan.inputs, keys, progress=False)
+    for key in keys:
+        assert torch.equal(recorded[key], in_pass.head_scores[key])
+        torch.testing.assert_close(recorded[key], exact[key], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(recorded["ahon_ln"], exact["ahon_ln"])  # the forms differ: the check is not vacuous
+    nothing = ih.evaluate(smollm2_hooked, plan, ablation=ih.DynamicAblation("ahon_ln", float(recorded["ahon_ln"].min())),
+                          attention="fast", progress=False)
+    assert nothing.realized_fraction == 0.0
+    assert nothing.loglikelihoods == in_pass.loglikelihoods

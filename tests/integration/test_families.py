@@ -56,6 +56,16 @@ def family_dirs(tmp_path_factory):
     return dirs
 
 
+def _right_padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and real-position mask of a right-padded batch, N_TOKENS wide."""
+    tokens = torch.zeros(len(sequences), N_TOKENS, dtype=torch.long)
+    valid = torch.zeros(len(sequences), N_TOKENS, dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        tokens[i, :len(seq)] = torch.tensor(seq)
+        valid[i, :len(seq)] = True
+    return tokens, valid
+
+
 def _sequences(n_tokens=(N_TOKENS, 13, 5), seed=0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(3, TINY_VOCAB, (n,), generator=gen).tolist() for n in n_tokens]
@@ -153,11 +163,7 @@ def test_padded_batch_rows_equal_each_sequence_alone_in_hugging_face(family):
 
     case, _, model, hf = family
     sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))
-    tokens = torch.zeros(len(sequences), N_TOKENS, dtype=torch.long)
-    valid = torch.zeros(len(sequences), N_TOKENS, dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        tokens[i, :len(seq)] = torch.tensor(seq)
-        valid[i, :len(seq)] = True
+    tokens, valid = _right_padded(sequences)
     logits = run_forward(model, tokens, valid)
     worst = 0.0
     for i, seq in enumerate(sequences):
@@ -306,11 +312,7 @@ def test_evaluator_logits_at_scored_positions_equal_hugging_face(family):
 
     case, _, model, hf = family
     sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))
-    tokens = torch.zeros(len(sequences), N_TOKENS, dtype=torch.long)
-    valid = torch.zeros(len(sequences), N_TOKENS, dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        tokens[i, :len(seq)] = torch.tensor(seq)
-        valid[i, :len(seq)] = True
+    tokens, valid = _right_padded(sequences)
     pairs = [(i, t) for i, seq in enumerate(sequences) for t in range(len(seq) - 3, len(seq))]
     rows, positions = torch.tensor([i for i, _ in pairs]), torch.tensor([t for _, t in pairs])
     with torch.inference_mode():
