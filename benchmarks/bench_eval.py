@@ -10,7 +10,8 @@ Variants, all on the same questions, tokenized once, in the same length-sorted r
 - ``plain_bridge``: the same plain evaluation on the ``TransformerBridge`` of the same weights;
 - ``dynamic_ahon_ln`` and ``dynamic_awft`` as they run by default (``auto``: exact arithmetic, so
   in-pass scores equal ``record_scores``'s to the bit), ``dynamic_ahon_ln_fast`` (fused attention:
-  AHON reads no pattern), ``dynamic_ahon_ln_reuse`` (prefix reuse), and ``static``;
+  AHON reads no pattern), ``dynamic_ahon_ln_reuse`` / ``dynamic_awft_reuse`` (prefix reuse),
+  and ``static``;
 - ``sweep_none`` / ``sweep_reuse``: what ``run_sweep`` does for baseline + AHON (LN) and AWFT at
   3 thresholds each — one unablated pass that records both scores, then 6 dynamic runs — without
   and with prefix reuse. ``prefix_reuse_hit_rate`` = 1 − prefix layers computed / prefix layers a
@@ -102,6 +103,7 @@ def main():
         "dynamic_ahon_ln_reuse": lambda: run(DynamicAblation("ahon_ln", args.ahon_ln[1]), reuse=True),
         "dynamic_awft": lambda: run(DynamicAblation("awft", args.awft[1])),
         "dynamic_awft_fast": lambda: run(DynamicAblation("awft", args.awft[1]), attention="fast"),
+        "dynamic_awft_reuse": lambda: run(DynamicAblation("awft", args.awft[1]), reuse=True),
         "static": lambda: run(StaticAblation(static_heads)),
         "sweep_none": lambda: run_sweep(False),
         "sweep_reuse": lambda: run_sweep(True),
@@ -147,6 +149,7 @@ def main():
         "ratio_qps_dynamic_reuse_vs_hf": round(qps["dynamic_ahon_ln_reuse"] / qps["hf"], 3),
         "ratio_qps_dynamic_awft_vs_hf": round(qps["dynamic_awft"] / qps["hf"], 3),
         "ratio_qps_dynamic_awft_fast_vs_hf": round(qps["dynamic_awft_fast"] / qps["hf"], 3),
+        "ratio_qps_dynamic_awft_reuse_vs_hf": round(qps["dynamic_awft_reuse"] / qps["hf"], 3),
         "ratio_qps_static_vs_hf": round(qps["static"] / qps["hf"], 3),
         # speed-up of the sweep from prefix reuse: wall without / wall with (goal: >= 2)
         "ratio_wall_sweep_reuse_vs_none": round(best["sweep_none"] / best["sweep_reuse"], 3),
