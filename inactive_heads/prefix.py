@@ -26,8 +26,7 @@ lies within rounding of τ. Random ablation draws independently per sequence, so
 it always runs in full. ``ReuseStats`` counts how often the cache held.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +34,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .fast_attention import PrefixKV, read_only, state_of, supports_fast_attention
+from .hooks import LayerCallback
 from .scores import LayerActivations
 
 @dataclass
@@ -151,16 +151,12 @@ class ReuseStats:
                 "hit_rate": round(self.hit_rate, 4)}
 
 
-# A callback sees one layer's activations of whole sequences (prefix + rest) and returns the
-# heads to zero per sequence ([batch, head] bool) or None (it only reads).
-LayerCallback = Callable[[LayerActivations], Tensor | None]
-
-
 class SharedPrefix:
     """Run inputs that share a prefix, computing the prefix once per decision history.
 
-    ``callbacks`` are called at every layer with whole-sequence :class:`LayerActivations` (what
-    ``reads`` asks for, ``z`` always); the last one returning flags decides what is zeroed. Use
+    ``callbacks`` are called at every layer with whole-sequence :class:`LayerActivations` (prefix
+    and rest joined; what ``reads`` asks for, ``z`` always); each returns the heads to zero per
+    sequence (``[batch, head]`` bool) or None (it only reads), and the last flags returned decide. Use
     inside :func:`~inactive_heads.fast_attention.fast_attention` and ``torch.inference_mode()``:
 
     >>> shared = SharedPrefix(model, prefix_ids, [ablation.flags_for], reads=ablation.reads)  # doctest: +SKIP
