@@ -29,7 +29,6 @@ it always runs in full. ``ReuseStats`` counts how often the cache held.
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
@@ -184,6 +183,7 @@ class SharedPrefix:
         self._nodes: list[_Node] = []
         self._batch: tuple[Tensor, Tensor] | None = None
         self._flags: Tensor | None = None
+        self._pattern_buffer: Tensor | None = None
         self._first: list[_Node | None] = [None] * self.n_layers  # the first state made per layer
         self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
         self._stored = self.root.nbytes()
@@ -226,8 +226,7 @@ class SharedPrefix:
             valid, sequence_ids = self._batch
             pattern = None
             if "pattern" in self.reads:
-                top = F.pad(self._rows("pattern", b), (0, rest))  # prefix queries never see the rest
-                pattern = torch.cat([top, held["pattern"].to(top.dtype)], dim=2)
+                pattern = self._whole_pattern(held["pattern"])
             acts = LayerActivations(
                 layer=layer,
                 n_heads=self.n_heads,
@@ -248,6 +247,23 @@ class SharedPrefix:
             return None if flags is None else z.masked_fill(flags[:, None, :, None].to(z.device), 0.0)
 
         return hook
+
+    def _whole_pattern(self, rest: Tensor) -> Tensor:
+        """``[batch, head, prefix + rest, prefix + rest]``: the nodes' prefix rows (which never see
+        the rest's keys: zeros, as the causal mask gives) above the rest's own rows.
+
+        One buffer serves every layer of a batch (score functions reduce the pattern of their
+        layer and keep nothing of it), so it is allocated, and its zero block written, once."""
+        b, n_heads, n_rest, n_keys = rest.shape
+        p = self.length
+        shape = (b, n_heads, p + n_rest, n_keys)
+        whole = self._pattern_buffer
+        if whole is None or whole.shape != shape or whole.dtype != rest.dtype or whole.device != rest.device:
+            whole = self._pattern_buffer = torch.empty(shape, dtype=rest.dtype, device=rest.device)
+            whole[:, :, :p, p:] = 0.0
+        whole[:, :, :p, :p] = self._rows("pattern", b)
+        whole[:, :, p:] = rest
+        return whole
 
     # -- the prefix tree --------------------------------------------------------------------
     def _run_layer(self, resid: Tensor, layer: int, mask: Tensor) -> Tensor:
@@ -333,7 +349,7 @@ class SharedPrefix:
                     state.prefix, self._mode = None, None
                 if layer + 1 < self.n_layers:
                     nodes = self._route(nodes, self._flags)
-        self._nodes, self._batch = [], None
+        self._nodes, self._batch, self._pattern_buffer = [], None, None
         self.stats.inputs += b
         self.stats.needed += b * self.n_layers
         return resid
