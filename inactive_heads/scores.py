@@ -48,6 +48,8 @@ class LayerActivations:
     ``z``: head outputs before ``W_O`` ``[batch, pos, head, d_head]``.
     ``valid``: True at real (non-pad) positions. Right padding: row ``b`` is real on
     ``[0, lengths[b])``. ``sequence_ids``: each row's index in the whole run (seeds Random).
+    The tensors are valid during the score call only (a prefix-reusing pass refills one pattern
+    buffer layer after layer): a score reduces them and keeps none.
     """
 
     layer: int
