@@ -33,7 +33,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .fast_attention import PrefixKV, read_only, state_of, supports_fast_attention
-from .hooks import LayerCallback
+from .hooks import LayerCallback, StopForward
 from .scores import LayerActivations
 
 @dataclass
@@ -104,10 +104,6 @@ def supports_prefix_reuse(model, ablation=None) -> bool:
 # Bytes of prefix states a SharedPrefix keeps for later batches; past it, new branches are used by
 # the batch that made them and dropped.
 CACHE_BYTES = 4 * 2**30
-
-
-class _NodeDone(Exception):
-    """Raised at a prefix node's ``hook_z``: its attention is all that is needed of that layer."""
 
 
 class _Node:
@@ -184,7 +180,7 @@ class SharedPrefix:
         self._batch: tuple[Tensor, Tensor] | None = None
         self._flags: Tensor | None = None
         self._pattern_buffer: Tensor | None = None
-        self._first: list[_Node | None] = [None] * self.n_layers  # the first state made per layer
+        self._layers_made: set[int] = set()  # layers for which a prefix state was made (later ones branch)
         self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
         self._stored = self.root.nbytes()
         self.stats.groups += 1
@@ -218,7 +214,7 @@ class SharedPrefix:
         def hook(z: Tensor, hook) -> Tensor | None:
             if self._mode == "node":
                 self._held["z"] = z
-                raise _NodeDone
+                raise StopForward  # the prefix node needs nothing after its attention
             if self._mode != "rows":
                 return None
             held, self._held = self._held, {}
@@ -275,7 +271,7 @@ class SharedPrefix:
         self._state.capture, self._mode, self._held = capture, "node", {}
         try:
             self._run_layer(node.resid, node.layer, self._ones)
-        except _NodeDone:
+        except StopForward:
             pass
         finally:
             self._state.capture, self._mode = None, None
@@ -311,10 +307,9 @@ class SharedPrefix:
             if child is None:
                 zeroed = None if row is None or not bool(row.any()) else row.to(node.z.device)
                 child = self._child(node, zeroed)
-                if self._first[layer + 1] is None:
-                    self._first[layer + 1] = child
-                else:
+                if layer + 1 in self._layers_made:
                     self.stats.branches += 1
+                self._layers_made.add(layer + 1)
                 size = child.resid.numel() * child.resid.element_size() * 4  # with its attention, roughly
                 if self._stored + size <= self.cache_bytes:
                     node.children[key] = child
