@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .ablation import AblationSpec, HeadAblation
-from .fast_attention import fast_attention
+from .fast_attention import FORMS, attention_form
 from .hooks import HeadHookRunner, make_batches, model_device
 from .models import architecture_of, model_info
 from .prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
@@ -25,7 +25,7 @@ from .scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
 
 
-ATTENTION_MODES = ("auto", "exact", "fast", "eager")
+ATTENTION_MODES = ("auto", *FORMS)
 
 
 @dataclass
@@ -370,8 +370,7 @@ def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_pref
         # to the bit and a run that zeroes nothing equals the unablated exact pass.
         attention = "fast" if run.recorder is None and run.ablation is None else "exact"
     every = list(range(len(plan.inputs)))
-    with fast_attention(model, enabled=attention != "eager", fused=attention == "fast") as fast, \
-            torch.inference_mode():
+    with attention_form(model, attention) as fast, torch.inference_mode():
         reuse = fast and reuse_prefix and supports_prefix_reuse(model, run.ablation)
         if not reuse:
             _run_inputs(model, plan, run, every, batch_size, bar)

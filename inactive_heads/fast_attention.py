@@ -355,6 +355,17 @@ def _gated_mlp_forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Ten
         *post_act.shape[:-1], self.W_out.shape[-1])
 
 
+FORMS = ("exact", "fast", "eager")
+"""Attention forms: TransformerLens's arithmetic (blocked), the fused kernel, TransformerLens's own forward."""
+
+
+def attention_form(model, form: str):
+    """:func:`fast_attention` in one of :data:`FORMS` (a context manager yielding whether it is on)."""
+    if form not in FORMS:
+        raise ValueError(f"attention must be one of {', '.join(map(repr, FORMS))}, got {form!r}")
+    return fast_attention(model, enabled=form != "eager", fused=form == "fast")
+
+
 def state_of(model) -> _State:
     """The fast forward's state of ``model`` (inside :func:`fast_attention`), for prefix reuse."""
     state = getattr(model, _MARK, None)

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from .fast_attention import fast_attention, read_only
+from .fast_attention import attention_form, read_only
 from .models import model_info
 from .scores import LayerActivations
 
@@ -119,11 +119,9 @@ def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = Fals
     score reads the pattern (as ``evaluate(..., attention="fast")`` does); ``"eager"``
     TransformerLens's own attention.
     """
-    if attention not in ("exact", "fast", "eager"):
-        raise ValueError(f"attention must be 'exact', 'fast' or 'eager', got {attention!r}")
     mask = valid.to(dtype=torch.long, device=tokens.device)
     try:
-        with torch.inference_mode(), fast_attention(model, enabled=attention != "eager", fused=attention == "fast"):
+        with torch.inference_mode(), attention_form(model, attention):
             return model(tokens, attention_mask=mask)
     except StopForward:
         if not stop_early:
