@@ -34,7 +34,7 @@ def hf_reference(hf_model, plan, batch_size):
     """lm-eval 0.4.5 HF-backend arithmetic on the plan's batches; (log-likelihoods, seconds)."""
     import torch
 
-    from inactive_heads.hooks import make_batches
+    from inactive_heads.runtime.hooks import make_batches
 
     lls = [[0.0] * len(req.choices) for req in plan.requests]
     start = time.perf_counter()
@@ -70,8 +70,8 @@ def main():
     from transformers import AutoModelForCausalLM
 
     import inactive_heads as ih
-    from inactive_heads.ablation import DynamicAblation, StaticAblation
-    from inactive_heads.evaluate import evaluate, plan_evaluation
+    from inactive_heads.ablation.head_ablation import DynamicAblation, StaticAblation
+    from inactive_heads.evaluation.evaluator import evaluate, plan_evaluation
 
     torch.set_num_threads(args.threads)
     model = ih.load_model(args.model, progress=False)

@@ -110,8 +110,8 @@ def long_worker(args) -> dict:
     import torch
 
     import inactive_heads as ih
-    from inactive_heads.hooks import model_device
-    from inactive_heads.texts import _all_passages
+    from inactive_heads.runtime.hooks import model_device
+    from inactive_heads.evaluation.texts import _all_passages
 
     model = ih.load_model(args.model, progress=False)
     device = model_device(model)
@@ -209,8 +209,8 @@ def worker(args) -> dict:
     import torch
 
     import inactive_heads as ih
-    from inactive_heads.evaluate import plan_evaluation
-    from inactive_heads.hooks import make_batches
+    from inactive_heads.evaluation.evaluator import plan_evaluation
+    from inactive_heads.runtime.hooks import make_batches
 
     model = ih.load_model(args.model, progress=False)
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit)

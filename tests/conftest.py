@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 def _load(backend: str):
     import torch
 
-    from inactive_heads.models import load_model
+    from inactive_heads.models.loading import load_model
 
     torch.manual_seed(0)
     return load_model("smollm2-135m", backend=backend, progress=False)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from inactive_heads.calibration import DEFAULT_QUANTILES, calibrate
-from inactive_heads.recording import HeadScores
-from inactive_heads.sweep import SweepConfig
+from inactive_heads.scoring.calibration import DEFAULT_QUANTILES, calibrate
+from inactive_heads.scoring.recording import HeadScores
+from inactive_heads.sweep.runner import SweepConfig
 
 SCORES = ("ahon_ln", "awft", "aeqd")
 

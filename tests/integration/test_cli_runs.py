@@ -8,15 +8,15 @@ import pytest
 from tiny import save_tiny_family
 
 from inactive_heads.cli import main
-from inactive_heads.recording import HeadScores
-from inactive_heads.sweep import SweepResults
+from inactive_heads.scoring.recording import HeadScores
+from inactive_heads.sweep.runner import SweepResults
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from inactive_heads.models import resolve_model_dir
+    from inactive_heads.models.loading import resolve_model_dir
 
     local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
     tokenizer = AutoTokenizer.from_pretrained(local_dir)

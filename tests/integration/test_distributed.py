@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from inactive_heads import distributed
-from inactive_heads.sweep import VOLATILE_FIELDS, SweepConfig, run_sweep
+from inactive_heads.sweep import ray_executor as distributed
+from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig, run_sweep
 
 ray = pytest.importorskip("ray")
 

@@ -44,7 +44,7 @@ def shared_models(monkeypatch):
     loads its model as a reader would, but the suite pays for each load once. Examples must not
     edit weights; hooks left behind are removed after each page."""
     import inactive_heads
-    from inactive_heads import models
+    from inactive_heads.models import loading as models
 
     real = models.load_model
 
@@ -66,7 +66,7 @@ def shared_models(monkeypatch):
 @pytest.fixture
 def restore_registry():
     """Examples may register scores; the registry is put back as it was afterwards."""
-    from inactive_heads import scores
+    from inactive_heads.scoring import scores
 
     saved = dict(scores._REGISTRY)
     yield
@@ -183,7 +183,10 @@ def test_api_reference_matches_the_code():
 
 def test_every_public_name_is_in_the_api_reference():
     import inactive_heads
-    from inactive_heads import analysis, plots, report, texts
+    from inactive_heads import analysis
+    from inactive_heads.reporting import plots
+    from inactive_heads.reporting import report
+    from inactive_heads.evaluation import texts
 
     documented = {(module, name) for _, module, cls, name, _ in api_entries() if cls is None}
     names = {("inactive_heads", n) for n in inactive_heads.__all__}

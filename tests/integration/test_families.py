@@ -23,8 +23,8 @@ from reference_scores import reference_scores
 from tiny import FAMILIES, TINY_VOCAB, save_tiny_family
 
 import inactive_heads as ih
-from inactive_heads import models
-from inactive_heads.models import ModelLoadError, load_model, model_info
+from inactive_heads.models import loading as models
+from inactive_heads.models.loading import ModelLoadError, load_model, model_info
 
 LLAMA_3B_PATH = "llama-3.2 in meta-llama/Llama-3.2-3B"
 CASES = (*FAMILIES, LLAMA_3B_PATH)
@@ -159,7 +159,7 @@ def test_logits_match_hugging_face_eager(family):
 def test_padded_batch_rows_equal_each_sequence_alone_in_hugging_face(family):
     """The toolkit's forward (right padding + mask, as evaluate runs it): each row's logits at its
     real positions equal HF eager on that sequence alone."""
-    from inactive_heads.hooks import run_forward
+    from inactive_heads.runtime.hooks import run_forward
 
     case, _, model, hf = family
     sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))
@@ -246,9 +246,9 @@ def test_explicit_bridge_on_a_hooked_family(family_dirs):
 
 
 def test_auto_logs_one_line_saying_which_and_why(family_dirs, caplog):
-    with caplog.at_level("INFO", logger="inactive_heads.models"):
+    with caplog.at_level("INFO", logger="inactive_heads.models.loading"):
         load_model(str(family_dirs["olmo-2"]), progress=False)
-    lines = [r.getMessage() for r in caplog.records if r.name == "inactive_heads.models"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "inactive_heads.models.loading"]
     assert len(lines) == 1
     assert "Olmo2ForCausalLM" in lines[0] and "backend bridge" in lines[0]
     assert caplog.records[-1].levelname == "WARNING"
@@ -308,7 +308,7 @@ def test_a_subclass_of_the_bridge_is_still_a_bridge(family_dirs):
 def test_evaluator_logits_at_scored_positions_equal_hugging_face(family):
     """What evaluate scores: logits at chosen (row, position) pairs of a right-padded batch (the
     bridge projects only those positions onto the vocabulary) equal HF eager on each sequence alone."""
-    from inactive_heads.evaluate import _logits_at
+    from inactive_heads.evaluation.evaluator import _logits_at
 
     case, _, model, hf = family
     sequences = _sequences((N_TOKENS, 13, 9) if case == "phi-3-longrope" else (N_TOKENS, 13, 5))

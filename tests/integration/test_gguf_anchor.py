@@ -7,7 +7,7 @@ import pytest
 from safetensors import safe_open
 
 from inactive_heads import gguf as ih_gguf
-from inactive_heads.models import BUILTIN_MODELS, resolve_model_dir
+from inactive_heads.models.loading import BUILTIN_MODELS, resolve_model_dir
 
 gguf = pytest.importorskip("gguf")
 

@@ -21,7 +21,7 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 import inactive_heads as ih  # noqa: E402
-from inactive_heads.lmeval import InactiveHeadsLM, lm_eval_model, offline_tasks_dir, parse_ablation  # noqa: E402
+from inactive_heads.lmeval.model import InactiveHeadsLM, lm_eval_model, offline_tasks_dir, parse_ablation  # noqa: E402
 
 LL_TOL = 2e-4  # fp32 log-likelihoods of two implementations (summed over continuation tokens)
 SHORT = {"max_gen_toks": 8}  # generation length in the tests: each step is a full forward
@@ -174,7 +174,7 @@ def test_generation_holds_the_prompts_decision(smollm2_hooked, tasks):
 
 def test_lm_eval_task_as_a_plan_runs_in_ih_evaluate_like_the_model_type(smollm2_hooked, tasks):
     """The sweep adapter: an lm-eval task as an EvalPlan gives the model type's answers and zeroing."""
-    from inactive_heads.lmeval import plan_lm_eval_task
+    from inactive_heads.lmeval.model import plan_lm_eval_task
 
     plan = plan_lm_eval_task(smollm2_hooked, "lm-eval:arc_easy", limit=6, apply_chat_template=False,
                              task_manager=tasks)
@@ -208,7 +208,7 @@ def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2_hooked, tasks,
 
 
 def test_model_args_string_builds_the_model_type(smollm2_hooked, monkeypatch):
-    import inactive_heads.lmeval as lmeval
+    import inactive_heads.lmeval.model as lmeval
 
     monkeypatch.setattr(lmeval, "load_model", lambda spec, **kw: smollm2_hooked)
     lm = lm_eval.api.registry.get_model("inactive-heads").create_from_arg_string(
@@ -248,7 +248,7 @@ def test_parsed_ablations():
 
 def test_device_in_model_args_becomes_the_device_option():
     # lm-eval 0.4.13's command line passes --device (default cuda:0) to the model too.
-    from inactive_heads.lmeval import _device_from_model_args
+    from inactive_heads.lmeval.model import _device_from_model_args
 
     args = ["--model", "inactive-heads", "--model_args", "pretrained=smollm2-135m,device=cpu,dtype=float32"]
     _device_from_model_args(args)

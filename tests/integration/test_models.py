@@ -17,7 +17,7 @@ import torch
 from reference_scores import reference_scores
 
 import inactive_heads as ih
-from inactive_heads.models import BUILTIN_MODELS, is_installed, load_model, model_info
+from inactive_heads.models.loading import BUILTIN_MODELS, is_installed, load_model, model_info
 
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
 SHAPES = {"n_layers": 30, "n_heads": 9, "n_kv_heads": 3, "d_head": 64}
@@ -138,7 +138,7 @@ def test_second_load_reuses_the_conversion(smollm2_hooked, monkeypatch):
     HookedTransformer; nothing is converted twice (a spy on the conversion's GGUF step)."""
     from transformer_lens import HookedTransformer
 
-    from inactive_heads import gguf
+    from inactive_heads.models import gguf
 
     def spy(*args, **kwargs):
         raise AssertionError("the GGUF was converted again")

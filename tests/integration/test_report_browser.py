@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from synthetic_sweep import write_synthetic_sweep
 
-from inactive_heads.report import write_report
+from inactive_heads.reporting.report import write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 FIGURES = ("fig-curves", "fig-agreement", "fig-ranking", "fig-by-layer", "fig-heatmap", "fig-flag-rate", "fig-distribution",

@@ -5,10 +5,10 @@ import json
 
 import pytest
 import torch
-from inactive_heads.sweep import SweepConfig, SweepResults, run_sweep
+from inactive_heads.sweep.runner import SweepConfig, SweepResults, run_sweep
 
-# The submodule itself: ``inactive_heads.evaluate`` as an attribute is the exported function.
-evaluate_module = importlib.import_module("inactive_heads.evaluate")
+# The submodule itself: ``inactive_heads.evaluation.evaluator`` as an attribute is the exported function.
+evaluate_module = importlib.import_module("inactive_heads.evaluation.evaluator")
 VOLATILE = ("seconds", "finished_at")
 
 
@@ -73,7 +73,7 @@ def test_reused_p0_records_equal_a_real_evaluation(complete, smollm2_hooked):
 
 def test_scores_come_from_the_baseline_pass(complete, smollm2_hooked):
     """One unablated pass: the scores it records equal a separate record_scores pass."""
-    from inactive_heads.recording import record_scores
+    from inactive_heads.scoring.recording import record_scores
 
     plan = evaluate_module.plan_evaluation(smollm2_hooked, "mmlu", subjects=["abstract_algebra", "anatomy"],
                                            limit=3, num_fewshot=0)
@@ -168,7 +168,7 @@ def test_run_ids_are_unique_for_close_quantiles():
 
 
 def test_official_thresholds_are_checked_before_any_loading(monkeypatch):
-    import inactive_heads.models as models
+    import inactive_heads.models.loading as models
 
     def no_loading(*a, **k):
         raise AssertionError("the model was loaded")
@@ -185,7 +185,7 @@ def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
     import subprocess
     import sys
 
-    from inactive_heads.sweep import FolderLock
+    from inactive_heads.sweep.runner import FolderLock
 
     with FolderLock(tmp_path):
         with pytest.raises(RuntimeError, match=f"in use by another sweep \\(pid {os.getpid()} on"):

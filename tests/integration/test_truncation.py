@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import inactive_heads as ih
-from inactive_heads.evaluate import evaluate, plan_evaluation
+from inactive_heads.evaluation.evaluator import evaluate, plan_evaluation
 
 SUBJECTS = ["anatomy"]
 LIMIT = 4

@@ -5,7 +5,7 @@ import torch
 from tiny import random_sequences, tiny_gqa_model
 
 import inactive_heads as ih
-from inactive_heads.ablation import AblationSpec, DynamicAblation, RandomAblation, StaticAblation, zero_heads_hook
+from inactive_heads.ablation.head_ablation import AblationSpec, DynamicAblation, RandomAblation, StaticAblation, zero_heads_hook
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +194,8 @@ def test_a_hookedtransformer_subclass_takes_the_hookedtransformer_paths():
     # e.g. SAELens' HookedSAETransformer: the type's name differs, isinstance does not.
     from transformer_lens import HookedTransformer
 
-    from inactive_heads.evaluate import _logits_at
-    from inactive_heads.fast_attention import supports_fast_attention
+    from inactive_heads.evaluation.evaluator import _logits_at
+    from inactive_heads.runtime.fast_attention import supports_fast_attention
 
     model = tiny_gqa_model(seed=4)
     model.__class__ = type("HookedSAELikeTransformer", (HookedTransformer,), {})

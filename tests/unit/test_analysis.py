@@ -19,7 +19,7 @@ from inactive_heads.analysis import (
     wasserstein,
     wasserstein_matrix,
 )
-from inactive_heads.recording import HeadScores
+from inactive_heads.scoring.recording import HeadScores
 
 # ---- max_fraction_within ------------------------------------------------------------------
 
@@ -259,8 +259,8 @@ def test_wasserstein_rejects_non_finite():
 def test_one_strict_inactive_comparison_everywhere():
     # A value exactly at τ is never inactive; below/above by the score's direction. The ablation
     # (ScoreFunction.is_inactive), the calibration's flagged fraction and the analysis mask agree.
-    from inactive_heads.calibration import flag_fraction
-    from inactive_heads.scores import get_score
+    from inactive_heads.scoring.calibration import flag_fraction
+    from inactive_heads.scoring.scores import get_score
 
     t = torch.tensor([0.5, 0.5, 0.2, 0.8]).reshape(1, 1, 4)
     hs = HeadScores({"ahon_ln": t, "awft": t})

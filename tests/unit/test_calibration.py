@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from inactive_heads.calibration import (
+from inactive_heads.scoring.calibration import (
     DEFAULT_QUANTILES,
     Thresholds,
     calibrate,
@@ -14,7 +14,7 @@ from inactive_heads.calibration import (
     official_tasks,
     official_thresholds,
 )
-from inactive_heads.recording import HeadScores
+from inactive_heads.scoring.recording import HeadScores
 
 
 def _synthetic(seed: int = 0, shape=(37, 5, 7)) -> HeadScores:

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from inactive_heads import cli, gguf, models
+from inactive_heads import cli
+from inactive_heads.models import gguf
+from inactive_heads.models import loading as models
 
 
 def test_models_table(capsys):

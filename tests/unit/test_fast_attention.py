@@ -7,9 +7,9 @@ cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/
 import pytest
 import torch
 
-from inactive_heads.fast_attention import fast_attention, read_only, supports_fast_attention
-from inactive_heads.hooks import make_batches
-from inactive_heads.prefix import group_by_prefix
+from inactive_heads.runtime.fast_attention import fast_attention, read_only, supports_fast_attention
+from inactive_heads.runtime.hooks import make_batches
+from inactive_heads.runtime.prefix import group_by_prefix
 from tiny import random_sequences, tiny_gqa_model
 
 TOL = 1e-4
@@ -145,7 +145,7 @@ def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded
     logits still equal TransformerLens's eager forward, and a read-only pattern hook still sees the
     whole [batch, head, query, key] pattern, equal to the eager one. Unpadded batches take the
     plain causal mask, padded ones the additive mask."""
-    import inactive_heads.fast_attention as fa
+    import inactive_heads.runtime.fast_attention as fa
 
     if not padded:  # the longest row alone: every position real
         n = int(batch.valid[0].sum())

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from inactive_heads import gguf
-from inactive_heads.models import BUILTIN_MODELS, resolve_model_dir
+from inactive_heads.models import gguf
+from inactive_heads.models.loading import BUILTIN_MODELS, resolve_model_dir
 
 # Transformers-4 semantics of the rope keys, written out by hand: the layouts below are the ones
 # transformers 5 saves for Llama-3.x, SmolLM2 and Gemma-3.

@@ -8,7 +8,7 @@ import torch
 from safetensors import safe_open
 from synthetic_sweep import synthetic_head_scores
 
-from inactive_heads.recording import HeadScores
+from inactive_heads.scoring.recording import HeadScores
 
 
 def test_save_writes_safetensors_that_round_trip(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from synthetic_sweep import synthetic_head_scores, write_synthetic_sweep
 
-from inactive_heads.io import atomic_path, current_umask, write_json_atomic, write_text_atomic
-from inactive_heads.report import write_report
+from inactive_heads.core.io import atomic_path, current_umask, write_json_atomic, write_text_atomic
+from inactive_heads.reporting.report import write_report
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inactive_heads import gguf, models
-from inactive_heads.models import (
+from inactive_heads.models import gguf
+from inactive_heads.models import loading as models
+from inactive_heads.models.loading import (
     BUILTIN_MODELS,
     BuiltinModel,
     GGUFPart,
@@ -349,7 +350,7 @@ def test_a_temporary_directory_named_like_a_model_is_refused(tmp_path, monkeypat
 
 def test_several_devices_are_refused_in_one_line(monkeypatch):
     """Layer splitting is not supported: a one-line error, not a model silently on one device."""
-    from inactive_heads import devices
+    from inactive_heads.models import devices
 
     monkeypatch.setattr(devices, "check_device_dtype", lambda device, dtype, **kw: ("cuda:0", torch.float32))
     with pytest.raises(ValueError, match=r"n_devices=2: splitting a model's layers over several devices is not supported") as err:

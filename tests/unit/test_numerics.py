@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from inactive_heads import devices
-from inactive_heads.ablation import DynamicAblation, StaticAblation, zero_heads_hook
-from inactive_heads.hooks import make_batches, run_forward
-from inactive_heads.recording import record_scores
-from inactive_heads.scores import LayerActivations, get_score, output_gram_factor, row_entropy
+from inactive_heads.models import devices
+from inactive_heads.ablation.head_ablation import DynamicAblation, StaticAblation, zero_heads_hook
+from inactive_heads.runtime.hooks import make_batches, run_forward
+from inactive_heads.scoring.recording import record_scores
+from inactive_heads.scoring.scores import LayerActivations, get_score, output_gram_factor, row_entropy
 from tiny import random_sequences, tiny_gqa_model
 
 
@@ -35,7 +35,7 @@ def test_nan_in_a_zeroed_head_does_not_survive_dynamic_zeroing():
     z[1, 0, 3, :] = float("inf")  # ... and head 3 of row 1 an inf
     abl = StaticAblation([(0, 1), (0, 3)])
     abl.stats = None
-    from inactive_heads.ablation import AblationStats
+    from inactive_heads.ablation.head_ablation import AblationStats
 
     abl.stats = AblationStats(1, 4)
     out = abl.on_layer(_acts(z=z))
@@ -92,7 +92,7 @@ def test_bf16_scores_equal_a_float64_computation_on_the_same_bf16_values():
 
 
 def test_row_entropy_in_chunks_equals_one_float32_pass(monkeypatch):
-    from inactive_heads import scores
+    from inactive_heads.scoring import scores
 
     pattern = torch.rand(2, 3, 50, 50).softmax(-1).bfloat16()
     whole = torch.special.entr(pattern.float()).sum(-1)
@@ -243,7 +243,8 @@ def test_dtype_auto(monkeypatch):
 @pytest.mark.parametrize("command", [["score", "--subjects", "anatomy", "--limit", "1"],
                                      ["sweep", "--subjects", "anatomy", "--limit", "1"]])
 def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path, capsys):
-    from inactive_heads import cli, models
+    from inactive_heads import cli
+    from inactive_heads.models import loading as models
 
     monkeypatch.setattr(devices, "_gpu_count", lambda kind: 1 if kind == "cuda" else 0)
     monkeypatch.setattr(models, "resolve_model_dir", lambda *a, **k: pytest.fail("weights were reached"))
@@ -254,7 +255,7 @@ def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path
 
 
 def test_run_sweep_checks_a_passed_model_against_its_config(tmp_path):
-    from inactive_heads.sweep import SweepConfig, check_model_matches
+    from inactive_heads.sweep.runner import SweepConfig, check_model_matches
 
     model = tiny_gqa_model()  # float32, HookedTransformer, n_ctx 64, on the CPU
     check_model_matches(SweepConfig(dtype="float32", backend="hooked", n_ctx=64, device="cpu"), model)

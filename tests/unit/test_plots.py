@@ -6,11 +6,11 @@ import pytest
 import torch
 from synthetic_sweep import write_synthetic_sweep
 
-from inactive_heads import plots
+from inactive_heads.reporting import plots
 from inactive_heads.analysis import flagged_mask, iou, normalized_auc, wasserstein
-from inactive_heads.calibration import calibrate
-from inactive_heads.recording import HeadScores
-from inactive_heads.sweep import SweepResults
+from inactive_heads.scoring.calibration import calibrate
+from inactive_heads.scoring.recording import HeadScores
+from inactive_heads.sweep.runner import SweepResults
 
 L, H, N = 4, 3, 5
 

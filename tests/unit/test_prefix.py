@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import inactive_heads as ih
-from inactive_heads.ablation import DynamicAblation, StaticAblation
-from inactive_heads.fast_attention import fast_attention
-from inactive_heads.hooks import make_batches
-from inactive_heads.prefix import ReuseStats, SharedPrefix
-from inactive_heads.recording import ScoreRecorder
-from inactive_heads.scores import resolve_scores
+from inactive_heads.ablation.head_ablation import DynamicAblation, StaticAblation
+from inactive_heads.runtime.fast_attention import fast_attention
+from inactive_heads.runtime.hooks import make_batches
+from inactive_heads.runtime.prefix import ReuseStats, SharedPrefix
+from inactive_heads.scoring.recording import ScoreRecorder
+from inactive_heads.scoring.scores import resolve_scores
 from tiny import tiny_gqa_model
 
 TOL = 1e-4

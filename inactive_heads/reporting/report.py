@@ -16,203 +16,30 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import plotly
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from . import plots
-from .io import write_text_atomic
-from .plots import score_label
-from .analysis import (
+from ..core.io import write_text_atomic
+from ..analysis.curves import (
     DEFAULT_RESAMPLES,
     Real,
     accuracy_interval,
-    answer_agreement,
-    bootstrap_indices,
-    bootstrap_counts,
-    choice_kl,
-    curve_intervals,
-    percentile_interval,
-    questions_to_resolve,
 )
-from .calibration import Thresholds, calibrate
-from .recording import HeadScores, toolkit_version
-from .scores import get_score
-from .sweep import BASELINE, SweepResults
+from ..scoring.calibration import Thresholds, calibrate
+from ..scoring.recording import HeadScores, toolkit_version
+from ..scoring.scores import get_score
+from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
+from ..scoring.scores import score_label
+from ..sweep.runner import SweepResults
 
 HEATMAP_P = 0.30
 """The nominal fraction whose threshold outlines heads in the report's heatmap (the paper's largest)."""
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
-COLUMNS = [
-    "score", "label", "max_pct_within", "max_pct_within_low", "max_pct_within_high", "normalized_auc",
-    "auc_low", "auc_high", "max_pct_agree", "max_pct_agree_low", "max_pct_agree_high", "max_realized_pct",
-    "points", "rank",
-]
-
-
 def _load(results: SweepResults | str | os.PathLike) -> SweepResults:
     return results if isinstance(results, SweepResults) else SweepResults.load(results)
-
-
-AGREEMENT_TOLERANCE = 1.0
-"""Points of answer agreement an ablation may lose: "max % zeroed with ≥ 99 % agreement"."""
-
-
-def _record_arrays(results: SweepResults) -> tuple[dict[str, dict[str, np.ndarray]], int | None]:
-    """Per finished run: ``correct`` (in %), and, when the records and the baseline keep their
-    log-likelihoods, ``agree`` (in %) and ``kl`` (nats) against the baseline, per question."""
-    key = tuple(sorted(results.records))
-    cached = getattr(results, "_question_arrays", None)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    base = results.records.get(BASELINE)
-    base_ll = base.get("loglikelihoods") if base else None
-    sizes = {len(rec["correct"]) for rec in results.records.values() if rec.get("correct")}
-    if len(sizes) > 1:
-        raise ValueError(
-            f"the runs in '{results.path}' answered different numbers of questions ({sorted(sizes)}); "
-            "they are not one sweep: re-run it into a fresh --out folder"
-        )
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for run_id, rec in results.records.items():
-        if not rec.get("correct"):
-            continue
-        arrays = {"correct": 100.0 * np.asarray(rec["correct"], dtype=np.float64)}
-        ll = rec.get("loglikelihoods")
-        if base_ll is not None and ll is not None:
-            arrays["agree"] = 100.0 * answer_agreement(ll, base_ll)
-            arrays["kl"] = choice_kl(ll, base_ll)
-        out[run_id] = arrays
-    value = out, (sizes.pop() if sizes else None)
-    results._question_arrays = (key, value)  # read once per SweepResults (the report reads it often)
-    return value
-
-
-def summary_table(
-    results: SweepResults,
-    tolerance: Real = 1.0,
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """One row per score, ranked by normalized AUC (1 = best), with paired bootstrap intervals.
-
-    Columns: ``score, label``; ``max_pct_within`` (the largest realized % zeroed with accuracy
-    within ``tolerance`` points of the baseline; NaN before the baseline run) with
-    ``max_pct_within_low/high``; ``normalized_auc`` with ``auc_low/high``; ``max_pct_agree``
-    (the largest % zeroed with answer agreement ≥ 100 − 1 %; NaN when the records keep no
-    log-likelihoods) with ``max_pct_agree_low/high``; ``max_realized_pct``, ``points``, ``rank``.
-    Intervals are 95 % percentile intervals of ``n_resamples`` resamples of the questions,
-    the same resamples for every run (:func:`inactive_heads.analysis.curve_intervals`).
-    """
-    arrays, n = _record_arrays(results)
-    has_baseline = BASELINE in arrays
-    by_key: dict[str, list[tuple[float, str]]] = {}
-    for run_id, rec in results.records.items():
-        if rec["score"] and run_id in arrays:
-            by_key.setdefault(rec["score"], []).append((float(rec["realized_percent"]), run_id))
-    by_key = {k: by_key[k] for k in results.score_keys if k in by_key}
-    if not by_key:
-        return pd.DataFrame(columns=COLUMNS)
-    indices = bootstrap_indices(n, n_resamples, seed)
-    accuracy = curve_intervals(
-        {k: [(x, arrays[r]["correct"]) for x, r in runs] for k, runs in by_key.items()},
-        arrays[BASELINE]["correct"] if has_baseline else 0.0, tolerance, indices=indices,
-    ).set_index("score")
-    if not has_baseline:
-        accuracy[["max_pct_within", "max_pct_within_low", "max_pct_within_high"]] = math.nan
-    with_agreement = {k: runs for k, runs in by_key.items() if all("agree" in arrays[r] for _, r in runs)}
-    agreement = curve_intervals(
-        {k: [(x, arrays[r]["agree"]) for x, r in runs] for k, runs in with_agreement.items()},
-        100.0, AGREEMENT_TOLERANCE, indices=indices,
-    ).set_index("score")
-    rows = []
-    for key, runs in by_key.items():
-        acc = accuracy.loc[key]
-        agree = agreement.loc[key] if key in agreement.index else None
-        rows.append({
-            "score": key,
-            "label": score_label(key),
-            "max_pct_within": acc["max_pct_within"],
-            "max_pct_within_low": acc["max_pct_within_low"],
-            "max_pct_within_high": acc["max_pct_within_high"],
-            "normalized_auc": acc["normalized_auc"],
-            "auc_low": acc["auc_low"],
-            "auc_high": acc["auc_high"],
-            "max_pct_agree": math.nan if agree is None else agree["max_pct_within"],
-            "max_pct_agree_low": math.nan if agree is None else agree["max_pct_within_low"],
-            "max_pct_agree_high": math.nan if agree is None else agree["max_pct_within_high"],
-            "max_realized_pct": max(x for x, _ in runs),
-            "points": len(runs),
-        })
-    frame = pd.DataFrame(rows).sort_values("normalized_auc", ascending=False, kind="stable")
-    frame = frame.reset_index(drop=True)
-    frame["rank"] = range(1, len(frame) + 1)
-    return frame[COLUMNS]
-
-
-def runs_table(
-    results: SweepResults,
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """One row per finished run, baseline first, with paired bootstrap intervals: ``accuracy``
-    (%), ``difference`` from the baseline (points), ``agreement`` (% of questions whose chosen
-    answer is the baseline's) and ``kl`` (mean KL(baseline ‖ run) over the answer choices, nats);
-    each with ``_low``/``_high``. Difference, agreement and KL need the baseline run (and the
-    last two its log-likelihoods); NaN otherwise."""
-    arrays, n = _record_arrays(results)
-    order = [r for r, _, _ in results.config.run_ids() if r in arrays]
-    order += [r for r in arrays if r not in order]
-    columns = ["run_id", "score", "label", "p", "realized_pct"] + [
-        f"{m}{s}" for m in ("accuracy", "difference", "agreement", "kl") for s in ("", "_low", "_high")
-    ]
-    if not order:
-        return pd.DataFrame(columns=columns)
-    counts = bootstrap_counts(n, n_resamples, seed)
-    base = arrays.get(BASELINE)
-    rows = []
-    for run_id in order:
-        rec, a = results.records[run_id], arrays[run_id]
-        stats = {"accuracy": a["correct"]}
-        if base is not None:
-            stats["difference"] = a["correct"] - base["correct"]
-        if "agree" in a:
-            stats["agreement"], stats["kl"] = a["agree"], a["kl"]
-        row = {"run_id": run_id, "score": rec["score"], "label": rec.get("label"), "p": rec.get("p"),
-               "realized_pct": rec.get("realized_percent")}
-        means = counts @ np.stack(list(stats.values())).T / n
-        for j, (name, values) in enumerate(stats.items()):
-            ci = percentile_interval(values.mean(), means[:, j])
-            row.update({name: ci.estimate, f"{name}_low": ci.low, f"{name}_high": ci.high})
-        rows.append(row)
-    return pd.DataFrame(rows).reindex(columns=columns)
-
-
-def resolution_note(results: SweepResults, tolerance: Real = 1.0) -> str | None:
-    """One line when the baseline's 95 % interval is wider than ``tolerance`` points: the sample
-    cannot resolve that difference, and about how many questions would
-    (:func:`inactive_heads.analysis.questions_to_resolve`)."""
-    rec = results.records.get(BASELINE)
-    if not rec or not rec.get("correct"):
-        return None
-    ci = accuracy_interval(rec["correct"])
-    if ci.width <= float(tolerance):
-        return None
-    need = questions_to_resolve(ci.estimate, tolerance)
-    return (
-        f"with n = {len(rec['correct'])} questions the baseline's 95% interval is {ci.width:.1f} points wide, "
-        f"so this sample cannot resolve {_tol(tolerance)} of accuracy; about {need:,} questions would "
-        "(differences from the baseline are paired and resolve more: see each run's interval)."
-    )
-
-
-def missing_runs(results: SweepResults) -> list[str]:
-    """Run ids of the sweep's plan that have no record yet."""
-    return [run_id for run_id, _, _ in results.config.run_ids() if run_id not in results.records]
 
 
 def _n_questions(results: SweepResults) -> int | None:
@@ -238,10 +65,6 @@ def _fmt(value: Real | None, digits: int = 2) -> str:
 
 def _range(low: Real, high: Real, digits: int = 2) -> str:
     return "—" if low is None or math.isnan(low) else f"{low:.{digits}f} to {high:.{digits}f}"
-
-
-def _tol(tolerance: Real) -> str:
-    return f"{tolerance:g} pt"
 
 
 def _ci(value: Real, low: Real, high: Real, digits: int = 1) -> str:

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from .fast_attention import PrefixKV, read_only, state_of, supports_fast_attention
 from .hooks import LayerCallback, StopForward
-from .scores import LayerActivations
+from .activations import LayerActivations
 
 @dataclass
 class PrefixGroup:
@@ -93,10 +93,9 @@ def group_by_prefix(
 
 def supports_prefix_reuse(model, ablation=None) -> bool:
     """A rotary ``HookedTransformer`` on the fast attention path can reuse a prefix, with or without
-    ablation, except Random (its draws differ per sequence at every layer: nothing to share)."""
-    from .ablation import RandomAblation
-
-    if isinstance(ablation, RandomAblation):
+    ablation, except an ablation whose ``shares_prefix`` is False (Random: its draws differ per
+    sequence at every layer, so there is nothing to share)."""
+    if ablation is not None and not getattr(ablation, "shares_prefix", True):
         return False
     return supports_fast_attention(model) and model.cfg.positional_embedding_type == "rotary"
 
@@ -152,7 +151,7 @@ class SharedPrefix:
     ``callbacks`` are called at every layer with whole-sequence :class:`LayerActivations` (prefix
     and rest joined; what ``reads`` asks for, ``z`` always); each returns the heads to zero per
     sequence (``[batch, head]`` bool) or None (it only reads), and the last flags returned decide. Use
-    inside :func:`~inactive_heads.fast_attention.fast_attention` and ``torch.inference_mode()``:
+    inside :func:`~inactive_heads.runtime.fast_attention.fast_attention` and ``torch.inference_mode()``:
 
     >>> shared = SharedPrefix(model, prefix_ids, [ablation.flags_for], reads=ablation.reads)  # doctest: +SKIP
     >>> resid = shared.forward(rest_tokens, valid, sequence_ids)   # [batch, rest, d_model]  # doctest: +SKIP

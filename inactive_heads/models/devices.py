@@ -18,7 +18,22 @@ from typing import Any
 import torch
 
 GPU_TYPES = ("cuda", "mps")
-_CONFIG_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``torch.float32`` or ``"float32"``/``"fp32"`` (likewise bfloat16, float16) → a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        name = dtype.lower().removeprefix("torch.")
+        name = _DTYPE_ALIASES.get(name, name)
+        if name in DTYPES:
+            return DTYPES[name]
+        raise ValueError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    raise TypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
+
 
 
 def _gpu_count(kind: str) -> int:
@@ -76,8 +91,8 @@ def config_dtype(config: Any) -> torch.dtype | None:
     for key in ("torch_dtype", "dtype"):
         value = get(key, None)
         name = str(value).removeprefix("torch.") if value is not None else None
-        if name in _CONFIG_DTYPES:
-            return _CONFIG_DTYPES[name]
+        if name in DTYPES:
+            return DTYPES[name]
     return None
 
 
@@ -106,8 +121,6 @@ def check_device_dtype(
     ``dtype`` is a torch dtype, a name (``"float32"``, ``"bf16"``, …) or ``"auto"`` (see the
     module docstring; ``config`` is the model's Hugging Face config, used only by ``"auto"``).
     """
-    from .models import resolve_dtype
-
     device = resolve_device(device, n_devices=n_devices)
     kind = device.split(":")[0]
     if dtype is None or (isinstance(dtype, str) and dtype.lower() == "auto"):

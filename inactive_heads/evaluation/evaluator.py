@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import AblationSpec, HeadAblation
-from .fast_attention import FORMS, attention_form
-from .hooks import HeadHookRunner, make_batches, model_device
-from .models import architecture_of, model_info
-from .prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
-from .recording import ScoreRecorder, scores_metadata, toolkit_version
-from .scores import resolve_scores
+from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..runtime.fast_attention import FORMS, attention_form
+from ..runtime.hooks import HeadHookRunner, make_batches, model_device
+from ..models.loading import architecture_of, model_info
+from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
+from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
+from ..scoring.scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
 
 
@@ -417,7 +417,7 @@ def evaluate(
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
     same pass (``result.head_scores``, as :func:`record_scores` would on ``plan.inputs``).
-    A ``HookedTransformer`` runs :mod:`inactive_heads.fast_attention`. ``attention="auto"``
+    A ``HookedTransformer`` runs :mod:`inactive_heads.runtime.fast_attention`. ``attention="auto"``
     (default): PyTorch's fused kernel for a plain run (log-likelihoods within float rounding of
     TransformerLens's, ~2e-5), and the exact form — TransformerLens's operations with the mask
     built once per forward — for any run that zeroes heads or records scores, so in-pass scores
@@ -426,7 +426,7 @@ def evaluate(
     ``"exact"`` / ``"fast"`` force one form; ``"eager"`` runs TransformerLens's own attention.
     ``reuse_prefix=True``: inputs sharing a long prefix (MMLU few-shot examples) run against a
     cache of it, computed once per distinct history of zeroing decisions (plain, static, dynamic
-    and recording alike; Random always runs in full) — :mod:`inactive_heads.prefix`; the same
+    and recording alike; Random always runs in full) — :mod:`inactive_heads.runtime.prefix`; the same
     numbers up to float rounding, not to the bit. ``result.prefix_reuse`` says what was reused.
     """
     plan = task if isinstance(task, EvalPlan) else plan_evaluation(

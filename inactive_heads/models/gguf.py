@@ -334,7 +334,7 @@ def classic_rope_keys(config: dict[str, Any]) -> dict[str, Any]:
 
 def make_portable(directory: Path) -> None:
     """Add the transformers-4 keys to a converted directory (rope settings, tokenizer class)."""
-    from .io import write_json_atomic
+    from ..core.io import write_json_atomic
 
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
@@ -354,7 +354,7 @@ def upgrade_converted(directory: Path) -> None:
     Only metadata changes (the weights are untouched), so a user's cache stays valid without a
     slow reconversion; a concurrent upgrade writes the same files, each atomically.
     """
-    from .io import write_json_atomic
+    from ..core.io import write_json_atomic
 
     meta_path = directory / "CONVERTED.json"
     meta = json.loads(meta_path.read_text())

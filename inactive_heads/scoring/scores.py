@@ -24,119 +24,17 @@ the "above" ones, and no NaN can appear.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Literal
-import weakref
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float
 from torch import Tensor
+
+from ..runtime.activations import READABLE, LayerActivations, at_least_float32, output_gram_factor  # noqa: F401
 
 Direction = Literal["below", "above"]
 ScoreFn = Callable[["LayerActivations"], Float[Tensor, "batch head"]]
-READABLE = ("pattern", "v", "z", "W_O")
-
-
-@dataclass(eq=False)
-class LayerActivations:
-    """One layer's attention quantities for a right-padded batch, as the score functions see them.
-
-    ``pattern``: softmax attention weights, query head first, ``[batch, head, query, key]``.
-    ``v_grouped``: value vectors as the model computes them (``[batch, pos, kv_head, d_head]``;
-    under GQA several query heads share one KV head). ``v`` is the per-query-head expansion.
-    ``z``: head outputs before ``W_O`` ``[batch, pos, head, d_head]``.
-    ``valid``: True at real (non-pad) positions. Right padding: row ``b`` is real on
-    ``[0, lengths[b])``. ``sequence_ids``: each row's index in the whole run (seeds Random).
-    The tensors are valid during the score call only (a prefix-reusing pass refills one pattern
-    buffer layer after layer): a score reduces them and keeps none.
-    """
-
-    layer: int
-    n_heads: int
-    valid: Bool[Tensor, "batch pos"]
-    sequence_ids: Int[Tensor, " batch"]
-    pattern: Float[Tensor, "batch head query key"] | None = None
-    v_grouped: Float[Tensor, "batch pos kv_head d_head"] | None = None
-    z: Float[Tensor, "batch pos head d_head"] | None = None
-    W_O: Float[Tensor, "head d_head d_model"] | None = None
-    seed: int = 0
-    _memo: dict = field(default_factory=dict, repr=False)
-
-    def _need(self, name: str) -> Tensor:
-        value = getattr(self, name)
-        if value is None:
-            raise ValueError(
-                f"this score reads '{name}' but it was not captured; declare it in the score's "
-                f"reads=(...) (one of {READABLE})"
-            )
-        return value
-
-    @cached_property
-    def lengths(self) -> Int[Tensor, " batch"]:
-        return self.valid.sum(dim=1)
-
-    @cached_property
-    def last_index(self) -> Int[Tensor, " batch"]:
-        return self.lengths - 1
-
-    @cached_property
-    def v(self) -> Float[Tensor, "batch pos head d_head"]:
-        v = self._need("v_grouped")
-        group = self.n_heads // v.shape[2]
-        return v if group == 1 else v.repeat_interleave(group, dim=2)
-
-    @cached_property
-    def v_norm(self) -> Float[Tensor, "batch pos head"]:
-        # Norms on the grouped values, then expanded: the same numbers, far less work.
-        norms = at_least_float32(self._need("v_grouped")).norm(dim=-1)
-        group = self.n_heads // norms.shape[2]
-        return norms if group == 1 else norms.repeat_interleave(group, dim=2)
-
-    @cached_property
-    def z_norm(self) -> Float[Tensor, "batch pos head"]:
-        return at_least_float32(self._need("z")).norm(dim=-1)
-
-    @cached_property
-    def result_norm(self) -> Float[Tensor, "batch pos head"]:
-        """‖o_t W_O^(h)‖: the norm of each head's output after its slice of the output projection.
-
-        Computed as ‖o R_hᵀ‖ with R_hᵀ R_h = W_O^(h) W_O^(h)ᵀ, the head's ``[d_head, d_head]`` Gram
-        matrix (:func:`output_gram_factor`, cached per weight): no ``[batch, pos, head, d_model]``
-        tensor is ever formed.
-        """
-        z = at_least_float32(self._need("z"))
-        factor = output_gram_factor(self._need("W_O")).to(device=z.device, dtype=z.dtype)
-        return torch.einsum("bphd,hed->bphe", z, factor).norm(dim=-1)
-
-    def mean_over_positions(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
-        """Mean over each sequence's real positions (pads excluded), in float32."""
-        per_pos = at_least_float32(per_pos)
-        mask = self.valid.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
-        return (per_pos * mask).sum(dim=1) / self.lengths.to(per_pos.device).unsqueeze(-1).to(per_pos.dtype)
-
-    def mean_over_queries(self, per_query: Float[Tensor, "batch head query"]) -> Float[Tensor, "batch head"]:
-        """Mean over each sequence's real query rows (pad rows excluded), in float32."""
-        per_query = at_least_float32(per_query)
-        mask = self.valid.to(per_query.device).unsqueeze(1).to(per_query.dtype)
-        return (per_query * mask).sum(dim=2) / self.lengths.to(per_query.device).unsqueeze(-1).to(per_query.dtype)
-
-    def at_last_token(self, per_pos: Float[Tensor, "batch pos head"]) -> Float[Tensor, "batch head"]:
-        """The value at each sequence's last real position."""
-        rows = torch.arange(per_pos.shape[0], device=per_pos.device)
-        return at_least_float32(per_pos[rows, self.last_index.to(per_pos.device)])
-
-    def memo(self, key: str, compute: Callable[[], Tensor]) -> Tensor:
-        """Share one intermediate between score functions of the same layer and batch."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
-
-
-def at_least_float32(t: Tensor) -> Tensor:
-    """``t`` cast to float32 if it is a narrower float (bf16, fp16); float32 and float64 unchanged
-    (so a float32 model computes exactly as before)."""
-    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 # Low-precision inputs are cast to float32 in chunks of about this many elements, so the float32
@@ -154,43 +52,6 @@ def row_entropy(pattern: Float[Tensor, "batch head query key"]) -> Float[Tensor,
     for start in range(0, q, step):
         out[:, :, start : start + step] = torch.special.entr(pattern[:, :, start : start + step].float()).sum(dim=-1)
     return out
-
-
-# Per-head factors of the W_O Gram matrices, computed once per weight:
-# id(weight) -> (weakref to it, its version, layout of the view, factor).
-_GRAM_CACHE: dict[int, tuple] = {}
-
-
-def output_gram_factor(w_o: Float[Tensor, "head d_head d_model"]) -> Float[Tensor, "head d_head d_head"]:
-    """Per head, an upper-triangular R_h with R_hᵀ R_h = G_h = W_O^(h) W_O^(h)ᵀ, in float32.
-
-    Then ‖o W_O^(h)‖ = ‖o R_hᵀ‖: a ``[d_head, d_head]`` product per head instead of the
-    ``[d_head, d_model]`` one. R_h comes from a float64 QR of W_O^(h)ᵀ (= Q_h R_h), which is the
-    Cholesky factor of G_h without forming G_h, so a nearly rank-deficient W_O loses no accuracy
-    (the quadratic form o G oᵀ in float32 would).
-
-    Cached on the weight tensor that ``w_o`` is (or is a view of); recomputed when that weight
-    changes in place (its version counter) or is freed. A weight whose version cannot be read
-    (an inference-mode temporary) is never cached.
-    """
-    base = w_o if w_o._base is None else w_o._base
-    try:
-        version = base._version
-    except RuntimeError:  # inference tensors carry no version counter
-        version = None
-    layout = (w_o.storage_offset(), tuple(w_o.shape), tuple(w_o.stride()), w_o.dtype, w_o.device)
-    if version is not None:
-        hit = _GRAM_CACHE.get(id(base))
-        if hit is not None and hit[0]() is base and hit[1] == version and hit[2] == layout:
-            return hit[3]
-    with torch.inference_mode(False), torch.no_grad():
-        r = torch.linalg.qr(w_o.detach().double().transpose(-1, -2), mode="r").R
-        factor = r.float()
-    if version is not None:
-        for key in [k for k, v in _GRAM_CACHE.items() if v[0]() is None]:
-            del _GRAM_CACHE[key]
-        _GRAM_CACHE[id(base)] = (weakref.ref(base), version, layout, factor)
-    return factor
 
 
 @dataclass(frozen=True)
@@ -312,7 +173,7 @@ def layer_reads(functions) -> tuple[str, ...]:
     (the callbacks run at ``hook_z``).
 
     Only a declared ``pattern`` makes a layer compute its attention pattern: with fused attention
-    (:mod:`inactive_heads.fast_attention`) an unread pattern is never formed, so AHON, AVVN, FTVVN,
+    (:mod:`inactive_heads.runtime.fast_attention`) an unread pattern is never formed, so AHON, AVVN, FTVVN,
     LTHON and FHO run without it. A score that reads something it did not declare gets a one-line
     error naming the missing ``reads=``. ``W_O`` is fetched only when declared (the bridge rebuilds
     it on every access).
@@ -447,3 +308,11 @@ OFFICIAL_NAMES: dict[str, str] = {
     "fho_ln": "FullHeadOutputNormalized",
 }
 """Our keys → the class/internal names of the authors' code (used in their thresholds.json)."""
+
+
+def score_label(key: str) -> str:
+    """The paper's label of score ``key`` ("AHON (LN)"), or the key itself for an unregistered one."""
+    try:
+        return get_score(key).label
+    except KeyError:
+        return key

@@ -17,8 +17,8 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from .fast_attention import attention_form, read_only
-from .models import model_info
-from .scores import LayerActivations
+from ..models.loading import model_info
+from .activations import LayerActivations
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
 
@@ -112,7 +112,7 @@ def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = Fals
                 attention: str = "exact") -> Tensor | None:
     """Forward a right-padded batch with its attention mask; logits, or None if stopped early.
 
-    A ``HookedTransformer`` runs with :func:`~inactive_heads.fast_attention.fast_attention`, by
+    A ``HookedTransformer`` runs with :func:`~inactive_heads.runtime.fast_attention.fast_attention`, by
     default in its exact form: the same operations as TransformerLens (the mask built once per
     forward, grouped heads without copies, query rows in blocks), so recorded scores (and the
     thresholds calibrated on them) do not move. ``attention="fast"`` uses the fused kernel where no

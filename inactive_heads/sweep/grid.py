@@ -33,9 +33,10 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis import accuracy_interval, auc_table, rank_table, table2
-from .io import write_text_atomic
-from .sweep import EXECUTORS, SweepConfig, SweepResults, run_sweep
+from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
+from ..analysis.tables import BASELINE
+from ..core.io import write_text_atomic
+from .runner import EXECUTORS, SweepConfig, SweepResults, run_sweep
 
 RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")
 
@@ -126,7 +127,7 @@ def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.
     ranks = rank_table(auc_table(curves)).drop(index="mean_rank", errors="ignore")
     rows = []
     for name, r in zip(names, results):
-        base = r.records["baseline"]
+        base = r.records[BASELINE]
         ci = accuracy_interval(base["correct"])
         row = main.set_index("model").loc[name]
         rows.append({

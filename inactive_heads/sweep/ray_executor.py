@@ -5,7 +5,7 @@ joins a running cluster (``address="auto"`` or ``"ray://host:port"``). Each work
 that loads the model and tokenizes the task once, then evaluates shards on request.
 
 Shards are contiguous blocks of whole batches in the evaluator's own batch order (inputs sorted
-longest first, as :func:`inactive_heads.hooks.make_batches` does), so every forward pass sees the
+longest first, as :func:`inactive_heads.runtime.hooks.make_batches` does), so every forward pass sees the
 very batch the local executor would give it: log-likelihoods, scores and dynamic decisions are
 equal to the last bit. Sequence ids stay global (Random draws are seeded by them).
 
@@ -23,14 +23,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from .io import write_json_atomic
-from .sweep import (
+from ..core.io import write_json_atomic
+from .runner import (
     BASELINE,
     SCORES_FILE,
     FolderLock,
@@ -54,7 +53,7 @@ MAX_RESTARTS = 3
 
 def shard_layout(plan, batch_size: int, n_shards: int) -> list[list[int]]:
     """Input indices of each shard: contiguous runs of whole batches in the evaluator's batch order."""
-    from .hooks import make_batches
+    from ..runtime.hooks import make_batches
 
     batches = [b.indices.tolist() for b in make_batches(plan.inputs, batch_size)]
     n_shards = max(1, min(n_shards, len(batches)))
@@ -79,7 +78,7 @@ class Worker:
 
     def run_shard(self, rid: str, shard: int, indices: list[int], spec: dict | None,
                   record: list[str] | None) -> dict[str, Any]:
-        from .evaluate import evaluate
+        from ..evaluation.evaluator import evaluate
 
         if self.crash_once and (rid, shard) == tuple(self.crash_once[:2]) and not os.path.exists(self.crash_once[2]):
             Path(self.crash_once[2]).write_text(str(os.getpid()))
@@ -105,9 +104,9 @@ class Worker:
         """The run record from its shards, through the evaluator's own summary step."""
         import torch
 
-        from .ablation import AblationStats
-        from .evaluate import summarize
-        from .models import model_info
+        from ..ablation.head_ablation import AblationStats
+        from ..evaluation.evaluator import summarize
+        from ..models.loading import model_info
 
         lls = [[0.0] * len(req.choices) for req in self.plan.requests]
         for part in shards:
@@ -127,7 +126,7 @@ class Worker:
         """The shards' recorded scores in input order, with the metadata record_scores gives."""
         import torch
 
-        from .recording import HeadScores, scores_metadata
+        from ..scoring.recording import HeadScores, scores_metadata
 
         order = torch.tensor(sum((p["inputs"] for p in shards), []), dtype=torch.long)
         scores = {}
@@ -143,7 +142,7 @@ class Worker:
 
 
 def _build(spec: dict[str, Any]):
-    from .ablation import AblationSpec
+    from ..ablation.head_ablation import AblationSpec
 
     return AblationSpec.from_dict(spec).build()
 
@@ -224,7 +223,7 @@ def _read_shard(out: Path, rid: str, shard: int) -> dict[str, Any]:
     part = json.loads(shard_path(out, rid, shard).read_text())
     scores_file = shard_path(out, rid, shard).with_suffix(".safetensors")
     if scores_file.is_file():
-        from .recording import HeadScores
+        from ..scoring.recording import HeadScores
 
         part["scores"] = {k: torch.as_tensor(v) for k, v in HeadScores.load(scores_file).scores.items()}
     return part
@@ -234,7 +233,7 @@ def _write_shard(out: Path, part: dict[str, Any]) -> None:
     """Scores first, then the JSON: a shard counts as done once its JSON exists."""
     path = shard_path(out, part["run_id"], part["shard"])
     if "scores" in part:
-        from .recording import HeadScores
+        from ..scoring.recording import HeadScores
 
         HeadScores(part["scores"], {"shard": part["shard"]}).save(path.with_suffix(".safetensors"))
     write_json_atomic(path, {k: v for k, v in part.items() if k != "scores"})
@@ -242,7 +241,7 @@ def _write_shard(out: Path, part: dict[str, Any]) -> None:
 
 def _baseline(ray, config: SweepConfig, out: Path, pool, layout, progress: bool):
     """Step 1: the unablated pass per shard (recording the scores), pooled by the driver."""
-    from .recording import HeadScores
+    from ..scoring.recording import HeadScores
 
     scores_file = find_scores_file(out)
     need_scores = config.records_scores and scores_file is None

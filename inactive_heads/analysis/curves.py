@@ -33,8 +33,8 @@ from jaxtyping import Bool, Float, Int
 from scipy import special, stats
 from torch import Tensor
 
-from .calibration import Real, ScoresLike, pooled_scores, resolve_direction, score_tensor
-from .scores import flag_inactive
+from ..scoring.calibration import Real, ScoresLike, pooled_scores, resolve_direction, score_tensor
+from ..scoring.scores import flag_inactive
 
 Points = Sequence[Sequence[Real]] | np.ndarray
 

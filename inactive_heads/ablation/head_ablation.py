@@ -21,9 +21,9 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from .hooks import HeadHookRunner
-from .models import model_info
-from .scores import LayerActivations, get_score, layer_reads
+from ..runtime.hooks import HeadHookRunner
+from ..models.loading import model_info
+from ..scoring.scores import LayerActivations, get_score, layer_reads
 
 
 
@@ -178,6 +178,8 @@ class HeadAblation:
 
     reads: tuple[str, ...] = ("z",)
     seed: int = 0
+    # Whether sequences that share a prefix get the same decisions on it (prefix reuse needs this).
+    shares_prefix: bool = True
 
     def __init__(self):
         self._stats: AblationStats | None = None
@@ -315,6 +317,8 @@ class DynamicAblation(HeadAblation):
 
 class RandomAblation(DynamicAblation):
     """Zero each (sequence, layer, head) with probability ``p`` (the paper's Random baseline)."""
+
+    shares_prefix = False  # independent draws per sequence: a shared prefix decides differently
 
     def __init__(self, p: float, *, seed: int = 0):
         if not (0.0 <= p <= 1.0):

@@ -5,7 +5,7 @@ line style (solid for LN, dashed for raw, dotted for HN and Random) in every fig
 is recognizable across the report. Figures use the ``plotly_white`` template.
 
 >>> import torch
->>> from inactive_heads.recording import HeadScores
+>>> from inactive_heads.scoring.recording import HeadScores
 >>> hs = HeadScores({"ahon_ln": torch.rand(5, 4, 3)}, {"model": "toy"})
 >>> fig = score_heatmap(hs, "ahon_ln", threshold=0.5)
 >>> [t.type for t in fig.data]
@@ -26,11 +26,12 @@ from plotly.colors import qualitative, sample_colorscale
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from .analysis import Points, Real, flagged_mask, iou, normalized_auc, wasserstein_matrix
-from .calibration import Thresholds, pooled_scores
-from .recording import HeadScores
-from .scores import get_score
-from .sweep import SweepResults
+from ..analysis.curves import Points, Real, flagged_mask, iou, normalized_auc, wasserstein_matrix
+from ..scoring.calibration import Thresholds, pooled_scores
+from ..scoring.recording import HeadScores
+from ..scoring.scores import get_score, score_label  # noqa: F401  (score_label: public here too)
+from ..analysis.tables import BASELINE, runs_table
+from ..sweep.runner import SweepResults
 
 
 TEMPLATE = "plotly_white"
@@ -68,14 +69,6 @@ def score_dash(key: str) -> str:
     if key.endswith("_hn") or key == "random":
         return "dot"
     return "dash"
-
-
-def score_label(key: str) -> str:
-    """The paper's label of score ``key`` ("AHON (LN)"), or the key itself for an unregistered one."""
-    try:
-        return get_score(key).label
-    except KeyError:
-        return key
 
 
 def _layout(fig: go.Figure, title: str | None, **kwargs: Any) -> go.Figure:
@@ -482,8 +475,6 @@ def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real]) -> go.F
 def _sweep_points(results: SweepResults, metric: str = "accuracy") -> dict[str, list[tuple]]:
     """Per score: (realized %, value, p, τ, low, high) sorted by realized %, where value is the
     run's accuracy % or answer agreement % (``metric``) and [low, high] its 95 % interval."""
-    from .report import runs_table
-
     table = runs_table(results).set_index("run_id")
     out: dict[str, list[tuple]] = {}
     for run_id, rec in results.records.items():
@@ -501,7 +492,7 @@ def _sweep_points(results: SweepResults, metric: str = "accuracy") -> dict[str, 
 
 
 def _baseline_of(results: SweepResults) -> float | None:
-    return results.baseline_percent if "baseline" in results.records else None
+    return results.baseline_percent if BASELINE in results.records else None
 
 
 def accuracy_curves(

@@ -15,7 +15,7 @@ unablated model runs once: that baseline pass also records the scores used for c
 p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
 construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
 
-``executor="ray"`` runs the same sweep on Ray actors (see :mod:`inactive_heads.distributed`);
+``executor="ray"`` runs the same sweep on Ray actors (see :mod:`inactive_heads.sweep.ray_executor`);
 its records are identical to the local executor's.
 """
 
@@ -29,14 +29,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .ablation import AblationSpec
-from .calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_thresholds
-from .io import write_json_atomic
-from .models import BACKENDS, DEFAULT_MODEL
-from .scores import PAPER_SCORES, get_score
+from ..ablation.head_ablation import AblationSpec
+from ..analysis.tables import BASELINE
+from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_thresholds
+from ..core.io import write_json_atomic
+from ..models.loading import BACKENDS, DEFAULT_MODEL
+from ..scoring.scores import PAPER_SCORES, get_score
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-BASELINE = "baseline"
 EXECUTORS = ("local", "ray")
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
@@ -86,7 +86,7 @@ class SweepConfig:
     attention: str = "auto"
 
     def __post_init__(self):
-        from .tasks import TASKS
+        from ..evaluation.tasks import TASKS
 
         if self.task not in TASKS and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:")):
             raise ValueError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
@@ -98,7 +98,7 @@ class SweepConfig:
             raise ValueError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
-        from .evaluate import ATTENTION_MODES
+        from ..evaluation.evaluator import ATTENTION_MODES
 
         if self.attention not in ATTENTION_MODES:
             raise ValueError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
@@ -124,7 +124,7 @@ class SweepConfig:
             for key in self.scores + (["random"] if self.include_random else []):
                 thresholds_for(self, key, None)  # unknown model, score or p: fails here, before any loading
         if self.subjects is not None:
-            from .tasks import MMLU_SUBJECTS
+            from ..evaluation.tasks import MMLU_SUBJECTS
 
             self.subjects = list(self.subjects)
             if self.task != "mmlu":
@@ -133,7 +133,7 @@ class SweepConfig:
             if unknown:
                 raise ValueError(
                     f"unknown MMLU subject '{unknown[0]}'; valid subjects are listed in "
-                    "inactive_heads.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
+                    "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
                 )
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,7 +272,7 @@ def prepare_folder(config: SweepConfig, out: Path) -> None:
 
 
 def load_model_for(config: SweepConfig, progress: bool = True):
-    from .models import load_model
+    from ..models.loading import load_model
 
     return load_model(config.model, backend=config.backend, dtype=config.dtype, device=config.device,
                       n_ctx=config.n_ctx, progress=progress)
@@ -280,9 +280,9 @@ def load_model_for(config: SweepConfig, progress: bool = True):
 
 def check_model_matches(config: SweepConfig, model) -> None:
     """A model passed to :func:`run_sweep` must be the one the config describes (dtype, backend, n_ctx, device)."""
-    from .devices import resolve_device
-    from .hooks import model_device
-    from .models import model_info
+    from ..models.devices import resolve_device
+    from ..runtime.hooks import model_device
+    from ..models.loading import model_info
 
     info = model_info(model)
     wanted = {
@@ -301,10 +301,10 @@ def check_model_matches(config: SweepConfig, model) -> None:
 
 
 def plan_for(config: SweepConfig, model):
-    from .evaluate import plan_evaluation
+    from ..evaluation.evaluator import plan_evaluation
 
     if config.task.startswith("lm-eval:"):  # an lm-eval task, its requests as an EvalPlan (lmeval.py)
-        from .lmeval import plan_lm_eval_task
+        from ..lmeval.model import plan_lm_eval_task
 
         return plan_lm_eval_task(model, config.task, limit=config.limit, num_fewshot=config.num_fewshot,
                                  apply_chat_template=config.apply_chat_template)
@@ -348,8 +348,8 @@ def record_path(out: Path, rid: str) -> Path:
 def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
                 result, plan, model) -> dict[str, Any]:
     """The run record: what ran, its accuracy and realized zeroing, and every question's outcome."""
-    from .hooks import model_device
-    from .models import model_info
+    from ..runtime.hooks import model_device
+    from ..models.loading import model_info
 
     spec = ablation_for(config, key, tau)
     info = model_info(model)
@@ -452,7 +452,7 @@ def run_sweep(
     if executor == "ray":
         if model is not None:
             raise ValueError("model= applies to the local executor only; Ray workers load config.model")
-        from .distributed import run_sweep_ray
+        from .ray_executor import run_sweep_ray
 
         return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
                              threads_per_worker=threads_per_worker, shards=shards, progress=progress)
@@ -479,12 +479,12 @@ def _evaluate_module():
     at call time so tests can spy on ``evaluate``."""
     import importlib
 
-    return importlib.import_module(f"{__package__}.evaluate")
+    return importlib.import_module("inactive_heads.evaluation.evaluator")
 
 
 def _local_baseline(config: SweepConfig, out: Path, model, plan, progress: bool):
     """The one unablated pass: the baseline record and, when thresholds are calibrated, the scores."""
-    from .recording import HeadScores
+    from ..scoring.recording import HeadScores
 
     evaluate_module = _evaluate_module()
 
@@ -584,7 +584,7 @@ class SweepResults:
         return find_scores_file(self.path)
 
     def head_scores(self):
-        from .recording import HeadScores
+        from ..scoring.recording import HeadScores
 
         if self.scores_path is None:
             raise FileNotFoundError(f"'{self.path}' holds no recorded scores ({SCORES_FILE}); "
@@ -627,7 +627,7 @@ class SweepResults:
 
     def write_tables(self) -> tuple[Path, Path]:
         """Write ``runs.parquet`` and ``questions.parquet`` (atomically) into the sweep folder."""
-        from .io import atomic_path
+        from ..core.io import atomic_path
 
         paths = []
         for level in ("runs", "questions"):
@@ -639,8 +639,8 @@ class SweepResults:
 
     def table(self, tolerance: int | float = 1.0):
         """The summary table, one row per score with 95 % intervals:
-        :func:`inactive_heads.report.summary_table` (the one place it is computed)."""
-        from .report import summary_table
+        :func:`inactive_heads.analysis.tables.summary_table` (the one place it is computed)."""
+        from ..analysis.tables import summary_table
 
         return summary_table(self, tolerance)
 

@@ -1,0 +1,48 @@
+"""Stage 6, analysis: accuracy curves against the realized fraction zeroed, max % within a
+tolerance, normalized AUC ranking, paired bootstrap intervals, score distributions, and the sweep tables."""
+
+from .curves import (  # noqa: F401
+    Points,
+    max_fraction_within,
+    normalized_auc,
+    rank_by_auc,
+    max_fraction_table,
+    table2,
+    auc_table,
+    rank_table,
+    spearman_between_models,
+    top_k,
+    topk_iou,
+    flagged_mask,
+    iou,
+    wasserstein,
+    wasserstein_matrix,
+    DEFAULT_RESAMPLES,
+    DEFAULT_LEVEL,
+    Z_95,
+    Interval,
+    bootstrap_indices,
+    bootstrap_counts,
+    bootstrap_means,
+    percentile_interval,
+    accuracy_interval,
+    difference_interval,
+    questions_to_resolve,
+    max_fraction_within_batch,
+    curve_intervals,
+    chosen_answers,
+    answer_agreement,
+    choice_kl,
+)
+
+from .tables import (  # noqa: F401
+    BASELINE,
+    RunRecords,
+    tolerance_text,
+    COLUMNS,
+    AGREEMENT_TOLERANCE,
+    summary_table,
+    runs_table,
+    resolution_note,
+    missing_runs,
+)

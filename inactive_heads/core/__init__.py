@@ -1,0 +1,1 @@
+"""What every stage uses: the error types and atomic file writes."""
