@@ -21,6 +21,7 @@ from .ablation.head_ablation import (
     zero_heads_hook,
 )
 from .scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
+from .core.errors import InactiveHeadsError, MissingFileError, UnknownNameError, UserError
 from .evaluation.evaluator import EvalPlan, EvalResult, evaluate, plan_evaluation
 from .models.loading import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
 from .scoring.recording import HeadScores, record_scores
@@ -49,6 +50,8 @@ __all__ = [
     "EvalResult",
     "HeadAblation",
     "HeadScores",
+    "InactiveHeadsError",
+    "MissingFileError",
     "LayerActivations",
     "ModelInfo",
     "ModelLoadError",
@@ -60,6 +63,8 @@ __all__ = [
     "SweepResults",
     "TASKS",
     "Thresholds",
+    "UnknownNameError",
+    "UserError",
     "build_requests",
     "calibrate",
     "evaluate",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+from .core.errors import UserError
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
@@ -368,7 +369,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     ray_options = dict(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                        threads_per_worker=args.threads_per_worker)
     if args.executor == "local" and any(v is not None for v in ray_options.values()):
-        raise ValueError("--address, --workers, --gpus-per-worker and --threads-per-worker need --executor ray")
+        raise UserError("--address, --workers, --gpus-per-worker and --threads-per-worker need --executor ray")
     if args.executor == "ray":
         run_sweep(config, args.out, executor="ray", **ray_options)
     else:
@@ -433,7 +434,7 @@ def _run_report(args: argparse.Namespace) -> int:
         return _run_compare(([args.results_dir] if args.results_dir else []) + args.compare, args.compare_out,
                             args.tolerance)
     if args.results_dir is None:
-        raise ValueError("give a RESULTS_DIR, or several folders with --compare DIR ...")
+        raise UserError("give a RESULTS_DIR, or several folders with --compare DIR ...")
     from .reporting.report import format_table as results_table
     from .reporting.report import write_report
 
@@ -575,26 +576,35 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``inactive-heads`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    from .models.loading import ModelLoadError
-    from .sweep.runner import FolderInUseError
+    """Run ``inactive-heads`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
+
+    Bad input (:class:`~inactive_heads.core.errors.UserError`) is one line and exit status 2;
+    anything else is a bug: one line, a pointer to ``--debug``, and exit status 1.
+    """
+    from .core.errors import UserError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("INACTIVE_HEADS_DEBUG") == "1"
     try:
         return int(args._run(args) or 0)
-    except (ModelLoadError, ValueError, KeyError, FileNotFoundError, FolderInUseError) as err:
-        # One line the user can act on; tracebacks are for bugs, not for bad input
-        # (--debug or INACTIVE_HEADS_DEBUG=1 shows the traceback anyway).
-        if args.debug or os.environ.get("INACTIVE_HEADS_DEBUG") == "1":
+    except UserError as err:
+        # One line the user can act on; tracebacks are for bugs, not for bad input.
+        if debug:
             raise
-        text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        message = " ".join(str(text).split()) or type(err).__name__
+        message = " ".join(str(err).split()) or type(err).__name__
         print(f"inactive-heads {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"inactive-heads {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        if debug:
+            raise
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"inactive-heads {args.command}: internal error (a bug; please report it): "
+              f"{type(err).__name__}: {message}; rerun with --debug for the traceback", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from torch import Tensor
 from ..runtime.hooks import HeadHookRunner
 from ..models.loading import model_info
 from ..scoring.scores import LayerActivations, get_score, layer_reads
+from ..core.errors import UserError
 
 
 
@@ -44,13 +45,13 @@ class AblationSpec:
 
     def __post_init__(self):
         if self.kind not in ("static", "dynamic", "random"):
-            raise ValueError(f"unknown ablation kind {self.kind!r}; use 'static', 'dynamic' or 'random'")
+            raise UserError(f"unknown ablation kind {self.kind!r}; use 'static', 'dynamic' or 'random'")
         if self.kind == "dynamic":
             get_score(self.score)  # raises with the list of known scores
             if self.threshold is None or not _finite(self.threshold):
-                raise ValueError(f"dynamic ablation needs a finite threshold, got {self.threshold!r}")
+                raise UserError(f"dynamic ablation needs a finite threshold, got {self.threshold!r}")
         if self.kind == "random" and not (self.threshold is not None and 0.0 <= self.threshold <= 1.0):
-            raise ValueError(f"random ablation needs a probability threshold in [0, 1], got {self.threshold!r}")
+            raise UserError(f"random ablation needs a probability threshold in [0, 1], got {self.threshold!r}")
         if self.kind == "static":
             object.__setattr__(self, "heads", tuple((int(l), int(h)) for l, h in self.heads))
 
@@ -275,7 +276,7 @@ class StaticAblation(HeadAblation):
         info = model_info(model)
         bad = [(l, h) for l, h in self.heads if not (0 <= l < info.n_layers and 0 <= h < info.n_heads)]
         if bad:
-            raise ValueError(
+            raise UserError(
                 f"head {bad[0]} does not exist; layers are 0..{info.n_layers - 1}, heads 0..{info.n_heads - 1}"
             )
         super().reset(model)
@@ -293,7 +294,7 @@ class DynamicAblation(HeadAblation):
         super().__init__()
         self.score = get_score(score)
         if not _finite(threshold):
-            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+            raise UserError(f"threshold must be a finite number, got {threshold!r}")
         self.threshold = float(threshold)
         self.seed = seed
         self.reads = layer_reads([self.score])
@@ -322,7 +323,7 @@ class RandomAblation(DynamicAblation):
 
     def __init__(self, p: float, *, seed: int = 0):
         if not (0.0 <= p <= 1.0):
-            raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+            raise UserError(f"p must be a probability in [0, 1], got {p!r}")
         super().__init__("random", p, seed=seed)
 
     @property

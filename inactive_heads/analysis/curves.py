@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..scoring.calibration import Real, ScoresLike, pooled_scores, resolve_direction, score_tensor
 from ..scoring.scores import flag_inactive
+from ..core.errors import UserError
 
 Points = Sequence[Sequence[Real]] | np.ndarray
 
@@ -43,11 +44,11 @@ def _curve(points: Points) -> tuple[np.ndarray, np.ndarray]:
     """Points as float arrays (x, y) sorted by x (stable: ties keep their input order)."""
     arr = np.asarray(points, dtype=np.float64)
     if arr.size == 0:
-        raise ValueError("a curve needs at least one (percent_zeroed, accuracy) point; got none")
+        raise UserError("a curve needs at least one (percent_zeroed, accuracy) point; got none")
     if arr.ndim != 2 or arr.shape[1] != 2:
-        raise ValueError(f"points must be (percent_zeroed, accuracy) pairs; got an array of shape {arr.shape}")
+        raise UserError(f"points must be (percent_zeroed, accuracy) pairs; got an array of shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"points contain NaN/inf: {arr.tolist()}")
+        raise UserError(f"points contain NaN/inf: {arr.tolist()}")
     order = np.argsort(arr[:, 0], kind="stable")
     return arr[order, 0], arr[order, 1]
 
@@ -88,7 +89,7 @@ def max_fraction_within(
     the line.
     """
     if if_never_crosses not in ("zero", "max_x"):
-        raise ValueError(f"if_never_crosses={if_never_crosses!r} must be 'zero' or 'max_x'")
+        raise UserError(f"if_never_crosses={if_never_crosses!r} must be 'zero' or 'max_x'")
     xs, ys = _curve(points)
     line = float(baseline) - float(tolerance)
     last: float | None = float(xs[0]) if ys[0] == line else None
@@ -138,7 +139,7 @@ def max_fraction_table(
     (NaN where a model lacks a score)."""
     missing = [m for m in results if m not in baselines]
     if missing:
-        raise ValueError(f"no baseline accuracy for {missing}; baselines has {list(baselines)}")
+        raise UserError(f"no baseline accuracy for {missing}; baselines has {list(baselines)}")
     rows = {
         model: {key: max_fraction_within(pts, baselines[model], tolerance) for key, pts in curves.items()}
         for model, curves in results.items()
@@ -167,9 +168,9 @@ def table2(
     rows = []
     for model, curves in results.items():
         if sink_key not in curves:
-            raise ValueError(f"model '{model}' has no '{sink_key}' curve; it has {list(curves)}")
+            raise UserError(f"model '{model}' has no '{sink_key}' curve; it has {list(curves)}")
         if model not in baselines:
-            raise ValueError(f"no baseline accuracy for '{model}'; baselines has {list(baselines)}")
+            raise UserError(f"no baseline accuracy for '{model}'; baselines has {list(baselines)}")
         base = baselines[model]
         sink = max_fraction_within(curves[sink_key], base, tolerance)
         best_key, best = None, float("nan")
@@ -243,7 +244,7 @@ def spearman_between_models(auc_by_model: pd.DataFrame | Mapping[str, Mapping[st
 def top_k(auc: Mapping[str, Real], k: int = 5) -> list[str]:
     """The ``k`` score keys with the largest AUC (ties: input order)."""
     if k < 1:
-        raise ValueError(f"k must be at least 1; got {k}")
+        raise UserError(f"k must be at least 1; got {k}")
     ranked = sorted(((key, v) for key, v in auc.items() if not np.isnan(v)), key=lambda kv: -kv[1])
     return [key for key, _ in ranked[:k]]
 
@@ -293,9 +294,9 @@ def iou(
     a = torch.as_tensor(mask_a)
     b = torch.as_tensor(mask_b)
     if a.dtype != torch.bool or b.dtype != torch.bool:
-        raise ValueError(f"iou needs boolean masks; got {a.dtype} and {b.dtype}")
+        raise UserError(f"iou needs boolean masks; got {a.dtype} and {b.dtype}")
     if a.shape != b.shape:
-        raise ValueError(f"masks differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
+        raise UserError(f"masks differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
     # numpy counts booleans far faster than torch's sum (which widens to int64 first).
     a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
     union = int(np.count_nonzero(a_np | b_np))
@@ -373,9 +374,9 @@ def bootstrap_indices(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 
     (2, 4)
     """
     if not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"need at least one question to resample; got n={n!r}")
+        raise UserError(f"need at least one question to resample; got n={n!r}")
     if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
+        raise UserError(f"n_resamples must be a positive integer; got {n_resamples!r}")
     return np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), int(n)))
 
 
@@ -397,11 +398,11 @@ def _as_values(values, n: int | None = None) -> np.ndarray:
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[1] == 0:
-        raise ValueError(f"per-question values must be a non-empty [runs, questions] array; got shape {arr.shape}")
+        raise UserError(f"per-question values must be a non-empty [runs, questions] array; got shape {arr.shape}")
     if n is not None and arr.shape[1] != n:
-        raise ValueError(f"runs must answer the same {n} questions; got {arr.shape[1]}")
+        raise UserError(f"runs must answer the same {n} questions; got {arr.shape[1]}")
     if not np.isfinite(arr).all():
-        raise ValueError("per-question values contain NaN/inf")
+        raise UserError("per-question values contain NaN/inf")
     return arr
 
 
@@ -412,7 +413,7 @@ def bootstrap_means(
     arr = _as_values(values)
     n = arr.shape[1]
     if indices.ndim != 2 or indices.shape[1] != n:
-        raise ValueError(f"indices must be [B, {n}]; got shape {indices.shape}")
+        raise UserError(f"indices must be [B, {n}]; got shape {indices.shape}")
     return _counts(indices, n) @ arr.T / n
 
 
@@ -421,7 +422,7 @@ def percentile_interval(
 ) -> Interval:
     """``estimate`` with the (1 − level)/2 and (1 + level)/2 quantiles of its replicates."""
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), e.g. 0.95; got {level}")
+        raise UserError(f"level must be in (0, 1), e.g. 0.95; got {level}")
     lo, hi = np.quantile(np.asarray(replicates, dtype=np.float64), [(1 - level) / 2, (1 + level) / 2])
     return Interval(float(estimate), float(lo), float(hi))
 
@@ -472,7 +473,7 @@ def questions_to_resolve(accuracy: Real, tolerance: Real = 1.0, *, z: Real = Z_9
     p = float(accuracy) / 100.0
     tol = float(tolerance) / 100.0
     if not 0 <= p <= 1 or tol <= 0:
-        raise ValueError(f"need accuracy in [0, 100] and tolerance > 0; got {accuracy}, {tolerance}")
+        raise UserError(f"need accuracy in [0, 100] and tolerance > 0; got {accuracy}, {tolerance}")
     return int(np.ceil((2 * float(z)) ** 2 * max(p * (1 - p), 1e-12) / tol**2))
 
 
@@ -548,7 +549,7 @@ def curve_intervals(
     if not np.isscalar(baseline):
         sizes.add(np.asarray(baseline).shape[-1])
     if len(sizes) > 1:
-        raise ValueError(f"runs must answer the same questions; got per-question arrays of sizes {sorted(sizes)}")
+        raise UserError(f"runs must answer the same questions; got per-question arrays of sizes {sorted(sizes)}")
     columns = ["score", "max_pct_within", "max_pct_within_low", "max_pct_within_high",
                "normalized_auc", "auc_low", "auc_high"]
     if not sizes:
@@ -597,7 +598,7 @@ def _loglik_rows(loglikelihoods: Sequence[Sequence[float]] | np.ndarray) -> list
         if rows and all(r.ndim == 1 for r in rows) and len({r.size for r in rows}) == 1:
             rows = np.stack(rows)
     if len(rows) == 0 or any(r.ndim != 1 or r.size < 2 for r in rows):
-        raise ValueError("log-likelihoods must be one list of at least two choices per question")
+        raise UserError("log-likelihoods must be one list of at least two choices per question")
     return rows
 
 
@@ -618,7 +619,7 @@ def answer_agreement(
     (No labels needed; the mean is the answer agreement.)"""
     a, b = chosen_answers(loglikelihoods), chosen_answers(baseline_loglikelihoods)
     if a.shape != b.shape:
-        raise ValueError(f"runs must answer the same questions; got {a.size} and {b.size}")
+        raise UserError(f"runs must answer the same questions; got {a.size} and {b.size}")
     return a == b
 
 
@@ -630,7 +631,7 @@ def choice_kl(
     choices, each the softmax of that run's choice log-likelihoods."""
     runs, bases = _loglik_rows(loglikelihoods), _loglik_rows(baseline_loglikelihoods)
     if len(runs) != len(bases) or any(r.size != b.size for r, b in zip(runs, bases)):
-        raise ValueError("runs must answer the same questions with the same number of choices")
+        raise UserError("runs must answer the same questions with the same number of choices")
     if isinstance(runs, np.ndarray) and isinstance(bases, np.ndarray):
         log_p, log_q = special.log_softmax(bases, axis=1), special.log_softmax(runs, axis=1)
         return np.maximum(np.sum(np.exp(log_p) * (log_p - log_q), axis=1), 0.0)

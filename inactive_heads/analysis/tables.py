@@ -25,6 +25,7 @@ from .curves import (
     percentile_interval,
     questions_to_resolve,
 )
+from ..core.errors import UserError
 
 BASELINE = "baseline"
 """The run id of the unablated run every other run is compared with."""
@@ -67,7 +68,7 @@ def _record_arrays(results: RunRecords) -> tuple[dict[str, dict[str, np.ndarray]
     base_ll = base.get("loglikelihoods") if base else None
     sizes = {len(rec["correct"]) for rec in results.records.values() if rec.get("correct")}
     if len(sizes) > 1:
-        raise ValueError(
+        raise UserError(
             f"the runs in '{results.path}' answered different numbers of questions ({sorted(sizes)}); "
             "they are not one sweep: re-run it into a fresh --out folder"
         )

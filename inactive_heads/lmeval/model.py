@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from ..core.errors import UserError
 
 try:
     import lm_eval  # noqa: F401
@@ -87,7 +88,7 @@ class CalibratedAblation:
     def __post_init__(self):
         get_score(self.score)  # raises with the list of known scores
         if not (isinstance(self.p, (int, float)) and 0.0 <= self.p <= 1.0):
-            raise ValueError(f"calibrated ablation needs a fraction p in [0, 1], got {self.p!r}")
+            raise UserError(f"calibrated ablation needs a fraction p in [0, 1], got {self.p!r}")
 
     @property
     def name(self) -> str:
@@ -117,14 +118,14 @@ def parse_ablation(text: str | None, *, seed: int = 0) -> AblationSpec | Calibra
         for item in text[len("static:"):].split("/"):
             layer, _, head = item.partition(".")
             if not (layer.strip().isdigit() and head.strip().isdigit()):
-                raise ValueError(
+                raise UserError(
                     f"bad head {item!r} in ablation {text!r}; write static heads as static:LAYER.HEAD/LAYER.HEAD"
                 )
             heads.append((int(layer), int(head)))
         return AblationSpec("static", heads=tuple(heads))
     score, at, value = text.partition("@")
     if not at or not value:
-        raise ValueError(
+        raise UserError(
             f"cannot read ablation {text!r}; use score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), "
             "random@P or static:LAYER.HEAD/LAYER.HEAD"
         )
@@ -132,7 +133,7 @@ def parse_ablation(text: str | None, *, seed: int = 0) -> AblationSpec | Calibra
     try:
         number = float(value[1:] if calibrated else value)
     except ValueError:
-        raise ValueError(f"cannot read the number {value!r} in ablation {text!r}") from None
+        raise UserError(f"cannot read the number {value!r} in ablation {text!r}") from None
     if score == "random":
         return AblationSpec("random", threshold=number, seed=seed)
     if calibrated:
@@ -188,7 +189,7 @@ def _plain_tokenizer(model):
     info = model_info(model)
     source = Path(str(info.source))
     if not (source / "tokenizer_config.json").is_file():
-        raise ValueError(
+        raise UserError(
             f"no tokenizer files in {source!s} (the source of model {info.name!r}); the lm-eval model "
             "reloads the tokenizer from the model's directory: load the model with load_model(<dir>)"
         )
@@ -243,9 +244,9 @@ class InactiveHeadsLM(TemplateLM):
         try:
             self._batch_size = int(batch_size)
         except (TypeError, ValueError):
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}") from None
+            raise UserError(f"batch_size must be a positive integer, got {batch_size!r}") from None
         if self._batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            raise UserError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.add_bos_token = add_bos_token
         self._max_length = int(max_length) if max_length else None
         self._max_gen_toks = int(max_gen_toks)
@@ -397,9 +398,9 @@ class InactiveHeadsLM(TemplateLM):
         owners: list[list[tuple[int, int, list[int]]]] = []  # per sequence: (request, first position, tokens)
         for r, (_, context, continuation) in enumerate(requests):
             if not context or not continuation:
-                raise ValueError(f"request {r} has an empty context or continuation after tokenization")
+                raise UserError(f"request {r} has an empty context or continuation after tokenization")
             if len(continuation) > self.max_length:
-                raise ValueError(
+                raise UserError(
                     f"request {r} has a continuation of {len(continuation)} tokens, more than max_length "
                     f"{self.max_length}"
                 )
@@ -454,14 +455,14 @@ class InactiveHeadsLM(TemplateLM):
         for r, (context, gen_kwargs) in enumerate(req.args for req in requests):
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             if kwargs.get("do_sample"):
-                raise ValueError(
+                raise UserError(
                     f"request {r} asks for sampling (do_sample=True); the {MODEL_NAME} model generates greedily "
                     "only: set do_sample=false in the task's generation_kwargs"
                 )
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
             max_new = int(kwargs.pop("max_gen_toks"))
             if max_new >= self.max_length:
-                raise ValueError(f"max_gen_toks {max_new} must be less than max_length {self.max_length}")
+                raise UserError(f"max_gen_toks {max_new} must be less than max_length {self.max_length}")
             ids = self.tok_encode(context)[-(self.max_length - max_new):]
             prompts.append(ids)
             settings.append((until, max_new))

@@ -16,6 +16,7 @@ import functools
 from typing import Any
 
 import torch
+from ..core.errors import UserError
 
 GPU_TYPES = ("cuda", "mps")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,7 +32,7 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
         name = _DTYPE_ALIASES.get(name, name)
         if name in DTYPES:
             return DTYPES[name]
-        raise ValueError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+        raise UserError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
     raise TypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
 
 
@@ -60,25 +61,25 @@ def resolve_device(device: str | torch.device | None, *, n_devices: int = 1) -> 
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+        raise UserError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
     if not isinstance(n_devices, int) or n_devices < 1:
-        raise ValueError(f"n_devices must be a positive integer, got {n_devices!r}")
+        raise UserError(f"n_devices must be a positive integer, got {n_devices!r}")
     if dev.type == "cpu":
         if n_devices != 1:
-            raise ValueError(f"n_devices={n_devices} needs GPUs; on the CPU use n_devices=1")
+            raise UserError(f"n_devices={n_devices} needs GPUs; on the CPU use n_devices=1")
         return "cpu"
     if dev.type not in GPU_TYPES:
-        raise ValueError(f"unsupported device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+        raise UserError(f"unsupported device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'")
     count = _gpu_count(dev.type)
     if count == 0:
         why = (f"this torch {torch.__version__} is a CPU-only build" if dev.type == "cuda" and torch.version.cuda is None
                else f"torch {torch.__version__} sees no {dev.type.upper()} device")
-        raise ValueError(f"device {str(device)!r} is not available ({why}); use --device cpu "
+        raise UserError(f"device {str(device)!r} is not available ({why}); use --device cpu "
                          f"(or install a {dev.type.upper()} build of torch on a machine with a GPU)")
     index = 0 if dev.index is None else dev.index
     if index + n_devices > count:
         wanted = f"{dev.type}:{index}" if n_devices == 1 else f"{dev.type}:{index}..{index + n_devices - 1}"
-        raise ValueError(f"device {wanted} does not exist: {count} {dev.type.upper()} device(s) visible "
+        raise UserError(f"device {wanted} does not exist: {count} {dev.type.upper()} device(s) visible "
                          f"({dev.type}:0..{dev.type}:{count - 1}); pick one of those or lower n_devices")
     return f"{dev.type}:{index}" if dev.type == "cuda" else dev.type
 
@@ -133,9 +134,9 @@ def check_device_dtype(
         for i in range(first, first + n_devices):
             cap = torch.cuda.get_device_capability(i)
             if cap < (8, 0):  # bf16 arithmetic needs Ampere (compute capability 8.0) or newer
-                raise ValueError(f"bfloat16 is not supported by cuda:{i} ({torch.cuda.get_device_name(i)}, compute "
+                raise UserError(f"bfloat16 is not supported by cuda:{i} ({torch.cuda.get_device_name(i)}, compute "
                                  f"capability {cap[0]}.{cap[1]}); use --dtype float16 or --dtype float32")
     reason = _probe(device, resolved)
     if reason is not None:
-        raise ValueError(f"dtype {name} cannot run on device {device} ({reason}); use --dtype float32")
+        raise UserError(f"dtype {name} cannot run on device {device} ({reason}); use --dtype float32")
     return device, resolved

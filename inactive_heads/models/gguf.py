@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ..core.errors import UserError
+
 # Version of the converted-directory layout; a cached directory written with an older one is
 # upgraded in place on its next load (see ``upgrade_converted``). 2: classic rope keys and a
 # transformers-4 tokenizer class.
@@ -32,7 +34,7 @@ CONVERTED_FORMAT = 2
 PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(UserError, RuntimeError):
     """A model spec could not be turned into a model; the message says why and what to do."""
 
 

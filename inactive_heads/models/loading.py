@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
+from ..core.errors import UserError
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
     BuiltinModel,
@@ -249,7 +250,7 @@ def hooked_support(config) -> tuple[bool, str]:
 def choose_backend(config, backend: str) -> tuple[str, str]:
     """The backend to build (``"hooked"`` or ``"bridge"``) and the reason, for a requested one."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
+        raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
     ok, reason = hooked_support(config)
     if backend == "bridge":
         return "bridge", "backend='bridge' was requested"
@@ -395,7 +396,7 @@ def load_model(
     # backend and dtype are checked here rather than by annotation alone, so that a bad value
     # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
+        raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
     # Device and dtype are checked before anything is read or converted (FAM-DEV: devices.py);
     # dtype "auto" needs the config, so it is settled once the config is read.
     from .devices import check_device_dtype
@@ -405,12 +406,12 @@ def load_model(
     if n_devices != 1:
         # TransformerLens 3.9 moves every HookedTransformer block to one device, and a split
         # model could not be tested here: refuse rather than run something unverified.
-        raise ValueError(
+        raise UserError(
             f"n_devices={n_devices}: splitting a model's layers over several devices is not supported; "
             "load it on one device (n_devices=1; a 14B model in bfloat16 needs about 30 GB)"
         )
     if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
-        raise ValueError(f"n_ctx must be a positive integer, got {n_ctx!r}")
+        raise UserError(f"n_ctx must be a positive integer, got {n_ctx!r}")
     local_dir, official_name = resolve_model_dir(spec, progress=progress)
     config = read_hf_config(local_dir)
     if dtype_auto:

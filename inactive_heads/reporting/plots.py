@@ -32,6 +32,7 @@ from ..scoring.recording import HeadScores
 from ..scoring.scores import get_score, score_label  # noqa: F401  (score_label: public here too)
 from ..analysis.tables import BASELINE, runs_table
 from ..sweep.runner import SweepResults
+from ..core.errors import UnknownNameError, UserError
 
 
 TEMPLATE = "plotly_white"
@@ -231,10 +232,10 @@ def layer_profiles(head_scores: HeadScores, keys: Sequence[str] | None = None, *
     slightly within the layer) and the layer's mean over heads (line)."""
     keys = list(keys) if keys is not None else head_scores.keys()
     if not keys:
-        raise ValueError("layer_profiles needs at least one score key")
+        raise UserError("layer_profiles needs at least one score key")
     missing = [k for k in keys if k not in head_scores]
     if missing:
-        raise KeyError(f"no scores for {missing} here; recorded: {', '.join(head_scores.keys())}")
+        raise UnknownNameError(f"no scores for {missing} here; recorded: {', '.join(head_scores.keys())}")
     cols = max(1, min(columns, len(keys)))
     rows = math.ceil(len(keys) / cols)
     panel_h = 250
@@ -326,11 +327,11 @@ def score_distributions(
     :class:`Thresholds` or plain numbers) are drawn as vertical lines.
     """
     if kind not in ("ecdf", "histogram"):
-        raise ValueError(f"kind={kind!r} must be 'ecdf' or 'histogram'")
+        raise UserError(f"kind={kind!r} must be 'ecdf' or 'histogram'")
     if isinstance(named_head_scores, HeadScores):
         named_head_scores = {_model_name(named_head_scores): named_head_scores}
     if not named_head_scores:
-        raise ValueError("score_distributions needs at least one HeadScores")
+        raise UserError("score_distributions needs at least one HeadScores")
     label = score_label(key)
     palette = qualitative.Plotly
     pools = {name: pooled_scores(hs, key) for name, hs in named_head_scores.items()}
@@ -400,7 +401,7 @@ def wasserstein_heatmap(named_head_scores: Mapping[str, HeadScores], key: str) -
     """Annotated matrix of Wasserstein-1 distances between models' pooled distributions of ``key``
     (see :func:`inactive_heads.analysis.wasserstein`)."""
     if len(named_head_scores) < 1:
-        raise ValueError("wasserstein_heatmap needs at least one HeadScores")
+        raise UserError("wasserstein_heatmap needs at least one HeadScores")
     matrix = wasserstein_matrix(named_head_scores, key)
     names = [str(n) for n in matrix.index]
     z = matrix.to_numpy(dtype=float)
@@ -430,7 +431,7 @@ def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real]) -> go.F
     each at its own threshold (static: the recorded scores, no ablation cascade)."""
     keys = list(thresholds)
     if not keys:
-        raise ValueError("iou_heatmap needs thresholds for at least one score")
+        raise UserError("iou_heatmap needs thresholds for at least one score")
     masks = {k: flagged_mask(head_scores, k, float(thresholds[k])) for k in keys}
     n = len(keys)
     z = np.array([[iou(masks[a], masks[b]) for b in keys] for a in keys])
@@ -513,7 +514,7 @@ def accuracy_curves(
     unablated model instead (SweepResults only; the reference lines are then 100 % and 99 %).
     """
     if metric not in ("accuracy", "agreement"):
-        raise ValueError(f"metric must be 'accuracy' or 'agreement'; got {metric!r}")
+        raise UserError(f"metric must be 'accuracy' or 'agreement'; got {metric!r}")
     if isinstance(sweep_results_or_curves, SweepResults):
         results = sweep_results_or_curves
         points = _sweep_points(results, metric)
@@ -524,7 +525,7 @@ def accuracy_curves(
         title = title or f"{results.config.model} on {results.config.task}: {metric} vs heads zeroed"
     else:
         if metric != "accuracy":
-            raise ValueError("metric='agreement' needs a SweepResults (the runs' log-likelihoods)")
+            raise UserError("metric='agreement' needs a SweepResults (the runs' log-likelihoods)")
         points = {
             k: [(float(x), float(y), None, None, None, None) for x, y in sorted((float(a), float(b)) for a, b in pts)]
             for k, pts in sweep_results_or_curves.items()
@@ -635,7 +636,7 @@ def realized_by_layer(sweep_results: SweepResults, key: str) -> go.Figure:
         key=lambda r: (r.get("p") is None, r.get("p") or 0.0),
     )
     if not records and key not in sweep_results.config.scores + ["random"]:
-        raise ValueError(
+        raise UserError(
             f"score '{key}' is not part of this sweep; it has {', '.join(sweep_results.score_keys) or 'no runs'}"
         )
     label = score_label(key)

@@ -13,6 +13,7 @@ import weakref
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from ..core.errors import UserError
 
 READABLE = ("pattern", "v", "z", "W_O")
 
@@ -45,7 +46,7 @@ class LayerActivations:
     def _need(self, name: str) -> Tensor:
         value = getattr(self, name)
         if value is None:
-            raise ValueError(
+            raise UserError(
                 f"this score reads '{name}' but it was not captured; declare it in the score's "
                 f"reads=(...) (one of {READABLE})"
             )

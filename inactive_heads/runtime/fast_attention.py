@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
+from ..core.errors import UserError
 
 _MARK = "_inactive_heads_fast_attention"
 
@@ -362,7 +363,7 @@ FORMS = ("exact", "fast", "eager")
 def attention_form(model, form: str):
     """:func:`fast_attention` in one of :data:`FORMS` (a context manager yielding whether it is on)."""
     if form not in FORMS:
-        raise ValueError(f"attention must be one of {', '.join(map(repr, FORMS))}, got {form!r}")
+        raise UserError(f"attention must be one of {', '.join(map(repr, FORMS))}, got {form!r}")
     return fast_attention(model, enabled=form != "eager", fused=form == "fast")
 
 

@@ -19,6 +19,7 @@ from torch import Tensor
 from .fast_attention import attention_form, read_only
 from ..models.loading import model_info
 from .activations import LayerActivations
+from ..core.errors import UserError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
 
@@ -139,7 +140,7 @@ def tokenize(model, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[lis
         raise TypeError("inputs must be a list of strings or of token-id lists, not one string; wrap it: [text]")
     inputs = list(inputs)
     if not inputs:
-        raise ValueError("inputs is empty; pass at least one string or token-id list")
+        raise UserError("inputs is empty; pass at least one string or token-id list")
     out: list[list[int]] = []
     tokenizer = model.tokenizer
     for i, item in enumerate(inputs):
@@ -150,13 +151,13 @@ def tokenize(model, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[lis
         else:
             ids = [int(t) for t in item]
         if not ids:
-            raise ValueError(f"input {i} is empty after tokenization; remove it or give it text")
+            raise UserError(f"input {i} is empty after tokenization; remove it or give it text")
         out.append(ids)
     n_ctx = model_info(model).n_ctx
     too_long = [i for i, ids in enumerate(out) if len(ids) > n_ctx]
     if too_long:
         i = too_long[0]
-        raise ValueError(
+        raise UserError(
             f"input {i} has {len(out[i])} tokens, more than the model context {n_ctx}; truncate it"
         )
     return out
@@ -176,7 +177,7 @@ def make_batches(
 ) -> Iterator[Batch]:
     """Length-sorted (longest first) right-padded batches, like lm-eval; pads never reach real tokens."""
     if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise UserError(f"batch_size must be a positive integer, got {batch_size!r}")
     order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i]), i))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .recording import HeadScores
 from .scores import OFFICIAL_NAMES, flag_inactive, get_score
+from ..core.errors import UnknownNameError, UserError
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 """The paper's seven nominal fractions p."""
@@ -69,11 +70,11 @@ class Thresholds:
         self.values = tuple(float(v) for v in self.values)
         self.n_scores = int(self.n_scores)
         if len(self.quantiles) != len(self.values):
-            raise ValueError(
+            raise UserError(
                 f"thresholds for '{self.key}': {len(self.quantiles)} quantiles but {len(self.values)} values"
             )
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"direction {self.direction!r} must be 'below' or 'above'")
+            raise UserError(f"direction {self.direction!r} must be 'below' or 'above'")
 
     def __iter__(self) -> Iterator[tuple[float, float]]:
         return iter(zip(self.quantiles, self.values))
@@ -90,7 +91,7 @@ class Thresholds:
         for q, v in self:
             if abs(q - p) <= 1e-9:
                 return v
-        raise KeyError(f"no threshold for p={p} in '{self.key}'; have p in {list(self.quantiles)}")
+        raise UnknownNameError(f"no threshold for p={p} in '{self.key}'; have p in {list(self.quantiles)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,7 +107,7 @@ class Thresholds:
     def from_dict(cls, data: dict[str, Any]) -> "Thresholds":
         missing = [f for f in ("key", "quantiles", "values", "direction") if f not in data]
         if missing:
-            raise ValueError(f"thresholds dict lacks {missing}; it needs key, quantiles, values, direction")
+            raise UserError(f"thresholds dict lacks {missing}; it needs key, quantiles, values, direction")
         return cls(
             key=data["key"],
             quantiles=tuple(data["quantiles"]),
@@ -127,11 +128,11 @@ def resolve_direction(key: str, direction: str | None) -> str:
         try:
             return get_score(key).direction
         except KeyError:
-            raise ValueError(
+            raise UserError(
                 f"score '{key}' is not registered, so pass direction='below' or direction='above'"
             ) from None
     if direction not in DIRECTIONS:
-        raise ValueError(f"direction {direction!r} must be 'below' or 'above'")
+        raise UserError(f"direction {direction!r} must be 'below' or 'above'")
     return direction
 
 
@@ -148,20 +149,20 @@ def pooled_scores(scores: ScoresLike, key: str) -> np.ndarray:
     """All (sequence, layer, head) values of one score flattened to float64, checked finite."""
     pool = score_tensor(scores, key).detach().cpu().double().flatten().numpy()
     if pool.size == 0:
-        raise ValueError(f"score '{key}': no values to pool (empty tensor)")
+        raise UserError(f"score '{key}': no values to pool (empty tensor)")
     bad = int(np.count_nonzero(~np.isfinite(pool)))
     if bad:
-        raise ValueError(f"score '{key}': {bad} of {pool.size} values are NaN/inf; drop them or rerecord in float32")
+        raise UserError(f"score '{key}': {bad} of {pool.size} values are NaN/inf; drop them or rerecord in float32")
     return pool
 
 
 def _check_quantiles(quantiles: Sequence[Real] | np.ndarray) -> tuple[float, ...]:
     qs = tuple(float(p) for p in quantiles)
     if not qs:
-        raise ValueError("quantiles is empty; pass fractions p in [0, 1), e.g. DEFAULT_QUANTILES")
+        raise UserError("quantiles is empty; pass fractions p in [0, 1), e.g. DEFAULT_QUANTILES")
     bad = [p for p in qs if not (0.0 <= p < 1.0)]
     if bad:
-        raise ValueError(f"quantiles must lie in [0, 1); got {bad}")
+        raise UserError(f"quantiles must lie in [0, 1); got {bad}")
     return qs
 
 
@@ -197,7 +198,7 @@ def calibrate(
             n = int(score_tensor(head_scores, key).numel())
         return Thresholds(key, qs, qs, resolve_direction(key, direction), "calibrated", n)
     if head_scores is None:
-        raise ValueError(f"calibrate('{key}') needs scores; pass a HeadScores or a tensor")
+        raise UserError(f"calibrate('{key}') needs scores; pass a HeadScores or a tensor")
     direction = resolve_direction(key, direction)
     pool = np.sort(pooled_scores(head_scores, key))
     p = np.asarray(qs, dtype=np.float64)
@@ -219,7 +220,7 @@ def flag_fraction(
     direction = resolve_direction(key, direction)
     t = score_tensor(head_scores, key)
     if t.numel() == 0:
-        raise ValueError(f"score '{key}': no values (empty tensor)")
+        raise UserError(f"score '{key}': no values (empty tensor)")
     return float(flag_inactive(t, threshold, direction).double().mean())
 
 
@@ -242,7 +243,7 @@ def _task(task: str) -> str:
     data = _official_data()
     name = str(task).lower()
     if name not in data:
-        raise ValueError(f"no official thresholds for task '{task}'; available: {', '.join(data)}")
+        raise UserError(f"no official thresholds for task '{task}'; available: {', '.join(data)}")
     return name
 
 
@@ -265,7 +266,7 @@ def _model(task: str, model: str) -> str:
     by_lower = {m.lower(): m for m in models}
     if name.lower() in by_lower:
         return by_lower[name.lower()]
-    raise ValueError(
+    raise UserError(
         f"no official thresholds for model '{model}' on {task}; available: {', '.join(models)}"
     )
 
@@ -288,10 +289,10 @@ def official_thresholds(model: str, task: str, key: str) -> Thresholds:
     name = OFFICIAL_NAMES.get(ours)
     if name is None or name not in released:
         have = [_FROM_OFFICIAL.get(n, n) for n in released] + ["random"]
-        raise ValueError(f"no official thresholds for score '{key}'; available: {', '.join(have)}")
+        raise UserError(f"no official thresholds for score '{key}'; available: {', '.join(have)}")
     values = released[name]
     if len(values) != len(DEFAULT_QUANTILES):
-        raise ValueError(f"official entry {task}/{model}/{name} has {len(values)} values, expected 7")
+        raise UserError(f"official entry {task}/{model}/{name} has {len(values)} values, expected 7")
     return Thresholds(ours, DEFAULT_QUANTILES, tuple(values), get_score(ours).direction, source, 0)
 
 

@@ -17,6 +17,7 @@ from ..runtime.hooks import HeadHookRunner, make_batches, model_device, run_forw
 from ..core.io import atomic_path
 from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
+from ..core.errors import MissingFileError, UnknownNameError, UserError
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
 SAFETENSORS_FORMAT = "inactive-heads.HeadScores/2"
@@ -45,16 +46,16 @@ class HeadScores:
     def __post_init__(self):
         shapes = {tuple(t.shape) for t in self.scores.values()}
         if len(shapes) > 1:
-            raise ValueError(f"all score tensors must share one shape, got {sorted(shapes)}")
+            raise UserError(f"all score tensors must share one shape, got {sorted(shapes)}")
         for key, t in self.scores.items():
             if t.ndim != 3:
-                raise ValueError(f"score '{key}' has shape {tuple(t.shape)}; expected [seq, layer, head]")
+                raise UserError(f"score '{key}' has shape {tuple(t.shape)}; expected [seq, layer, head]")
 
     def __getitem__(self, key: str) -> Float[Tensor, "seq layer head"]:
         try:
             return self.scores[key]
         except KeyError:
-            raise KeyError(f"no scores for '{key}' here; recorded: {', '.join(self.scores)}") from None
+            raise UnknownNameError(f"no scores for '{key}' here; recorded: {', '.join(self.scores)}") from None
 
     def __contains__(self, key: str) -> bool:
         return key in self.scores
@@ -129,7 +130,7 @@ class HeadScores:
         ``torch.load(weights_only=True)``, which refuses anything but tensors and plain data)."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no head scores at '{path}'; record them with record_scores(...).save(path)")
+            raise MissingFileError(f"no head scores at '{path}'; record them with record_scores(...).save(path)")
         with open(path, "rb") as f:
             head = f.read(9)
         if head[:2] == b"PK":  # a zip archive: the torch.save format of earlier versions
@@ -141,9 +142,9 @@ class HeadScores:
                 header = f.metadata() or {}
                 scores = {k: f.get_tensor(k) for k in f.keys()}
         except (SafetensorError, OSError, ValueError) as e:
-            raise ValueError(f"'{path}' is not a HeadScores file (neither safetensors nor an older .pt): {e}") from None
+            raise UserError(f"'{path}' is not a HeadScores file (neither safetensors nor an older .pt): {e}") from None
         if header.get("format") != SAFETENSORS_FORMAT:
-            raise ValueError(f"'{path}' is a safetensors file but not HeadScores (format {header.get('format')!r})")
+            raise UserError(f"'{path}' is a safetensors file but not HeadScores (format {header.get('format')!r})")
         order = json.loads(header.get("keys", "[]"))
         if sorted(order) == sorted(scores):
             scores = {k: scores[k] for k in order}
@@ -157,21 +158,21 @@ class HeadScores:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ValueError(f"'{path}' holds objects other than tensors and plain data; refusing to load it "
+            raise UserError(f"'{path}' holds objects other than tensors and plain data; refusing to load it "
                              f"({first})") from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
-            raise ValueError(f"'{path}' is not a HeadScores file of format {FORMAT_VERSION}")
+            raise UserError(f"'{path}' is not a HeadScores file of format {FORMAT_VERSION}")
         return cls(payload["scores"], json.loads(payload["metadata"]))
 
     @classmethod
     def concat(cls, parts: Sequence["HeadScores"], metadata: dict[str, Any] | None = None) -> "HeadScores":
         """Stack the sequences of several recordings of the same scores, in the order given."""
         if not parts:
-            raise ValueError("nothing to concatenate; pass at least one HeadScores")
+            raise UserError("nothing to concatenate; pass at least one HeadScores")
         keys = parts[0].keys()
         for p in parts[1:]:
             if p.keys() != keys:
-                raise ValueError(f"cannot concatenate HeadScores of scores {p.keys()} and {keys}")
+                raise UserError(f"cannot concatenate HeadScores of scores {p.keys()} and {keys}")
         meta = dict(parts[0].metadata) if metadata is None else metadata
         return cls({k: torch.cat([p[k] for p in parts]) for k in keys}, meta)
 
@@ -203,7 +204,7 @@ class ScoreRecorder:
         self._row = None if sequence_ids is None else {int(s): r for r, s in enumerate(sequence_ids)}
         self._pending: list[tuple[int, Tensor, Tensor]] = []
         if self._row is not None and len(self._row) != n_sequences:
-            raise ValueError(f"sequence_ids must be {n_sequences} distinct ids, got {len(self._row)}")
+            raise UserError(f"sequence_ids must be {n_sequences} distinct ids, got {len(self._row)}")
 
     def rows(self, sequence_ids: Tensor) -> Tensor:
         if self._row is None:
@@ -219,7 +220,7 @@ class ScoreRecorder:
         for f in self.functions:
             v = f(acts)
             if tuple(v.shape) != (acts.valid.shape[0], self.n_heads):
-                raise ValueError(
+                raise UserError(
                     f"score '{f.key}' returned shape {tuple(v.shape)}; it must return [batch, head]"
                 )
             values.append(v.detach().float())

@@ -32,6 +32,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..runtime.activations import READABLE, LayerActivations, at_least_float32, output_gram_factor  # noqa: F401
+from ..core.errors import UnknownNameError, UserError
 
 Direction = Literal["below", "above"]
 ScoreFn = Callable[["LayerActivations"], Float[Tensor, "batch head"]]
@@ -108,14 +109,14 @@ def register_score(
     >>> unregister_score("max_key_weight")
     """
     if not isinstance(key, str) or not key.isidentifier():
-        raise ValueError(f"score key {key!r} must be a Python identifier such as 'my_score'")
+        raise UserError(f"score key {key!r} must be a Python identifier such as 'my_score'")
     if direction not in ("below", "above"):
-        raise ValueError(f"direction {direction!r} must be 'below' or 'above'")
+        raise UserError(f"direction {direction!r} must be 'below' or 'above'")
     bad = [r for r in reads if r not in READABLE]
     if bad or not reads and key != "random":
-        raise ValueError(f"reads={tuple(reads)!r} must name some of {READABLE}")
+        raise UserError(f"reads={tuple(reads)!r} must name some of {READABLE}")
     if key in _REGISTRY and not overwrite:
-        raise ValueError(f"score '{key}' is already registered; pass overwrite=True to replace it")
+        raise UserError(f"score '{key}' is already registered; pass overwrite=True to replace it")
 
     def decorate(fn: ScoreFn) -> ScoreFn:
         _REGISTRY[key] = ScoreFunction(
@@ -136,7 +137,7 @@ def unregister_score(key: str) -> None:
     """Remove a user-registered score (built-in scores stay)."""
     score = get_score(key)
     if score.builtin:
-        raise ValueError(f"'{key}' is a built-in score and cannot be removed")
+        raise UserError(f"'{key}' is a built-in score and cannot be removed")
     del _REGISTRY[key]
 
 
@@ -144,7 +145,7 @@ def get_score(key: str) -> ScoreFunction:
     try:
         return _REGISTRY[key]
     except KeyError:
-        raise KeyError(f"unknown score '{key}'; known: {', '.join(_REGISTRY)}") from None
+        raise UnknownNameError(f"unknown score '{key}'; known: {', '.join(_REGISTRY)}") from None
 
 
 def score_keys(*, include_appendix: bool = True, include_random: bool = True) -> list[str]:
@@ -164,7 +165,7 @@ def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[Sco
     if isinstance(scores, str):
         scores = [scores]
     if not scores:
-        raise ValueError("scores is empty; pass None for all scores or a list of keys")
+        raise UserError("scores is empty; pass None for all scores or a list of keys")
     return [get_score(k) for k in scores]
 
 

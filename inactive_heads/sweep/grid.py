@@ -37,6 +37,7 @@ from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
 from ..analysis.tables import BASELINE
 from ..core.io import write_text_atomic
 from .runner import EXECUTORS, SweepConfig, SweepResults, run_sweep
+from ..core.errors import MissingFileError, UserError
 
 RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")
 
@@ -54,17 +55,17 @@ class GridConfig:
 
     def __post_init__(self):
         if not self.models or not self.tasks:
-            raise ValueError("a grid needs at least one model and one task (keys 'models' and 'tasks')")
+            raise UserError("a grid needs at least one model and one task (keys 'models' and 'tasks')")
         if self.executor not in EXECUTORS:
-            raise ValueError(f"unknown executor '{self.executor}'; use one of {', '.join(EXECUTORS)}")
+            raise UserError(f"unknown executor '{self.executor}'; use one of {', '.join(EXECUTORS)}")
         bad = sorted(set(self.sweep) & {"model", "task"})
         if bad:
-            raise ValueError(f"set {bad[0]} in the grid's '{bad[0]}s' list, not in [sweep]")
+            raise UserError(f"set {bad[0]} in the grid's '{bad[0]}s' list, not in [sweep]")
         unknown = sorted(set(self.ray) - set(RAY_OPTIONS))
         if unknown:
-            raise ValueError(f"unknown [ray] option '{unknown[0]}'; known: {', '.join(RAY_OPTIONS)}")
+            raise UserError(f"unknown [ray] option '{unknown[0]}'; known: {', '.join(RAY_OPTIONS)}")
         if self.ray and self.executor != "ray":
-            raise ValueError("a [ray] section needs executor = \"ray\"")
+            raise UserError("a [ray] section needs executor = \"ray\"")
         for model, task in self.cells():
             self.sweep_config(model, task)  # every cell's options are checked before anything runs
 
@@ -72,16 +73,16 @@ class GridConfig:
     def load(cls, path: str | os.PathLike) -> "GridConfig":
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no grid file at '{path}'; write one (see 'inactive-heads grid --help')")
+            raise MissingFileError(f"no grid file at '{path}'; write one (see 'inactive-heads grid --help')")
         with open(path, "rb") as f:
             try:
                 data = tomllib.load(f)
             except tomllib.TOMLDecodeError as e:
-                raise ValueError(f"'{path}' is not valid TOML: {e}") from None
+                raise UserError(f"'{path}' is not valid TOML: {e}") from None
         known = {"models", "tasks", "out", "executor", "sweep", "ray"}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown grid key '{unknown[0]}' in '{path}'; known: {', '.join(sorted(known))}")
+            raise UserError(f"unknown grid key '{unknown[0]}' in '{path}'; known: {', '.join(sorted(known))}")
         if "out" in data and not Path(data["out"]).is_absolute():
             data["out"] = str(path.parent / data["out"])
         return cls(**data)
@@ -117,12 +118,12 @@ def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.
     results = [SweepResults.load(f) for f in folders]
     names = [_cell_name(r) for r in results]
     if len(set(names)) != len(names):
-        raise ValueError(f"two folders hold the same model and task ({names}); compare distinct sweeps")
+        raise UserError(f"two folders hold the same model and task ({names}); compare distinct sweeps")
     curves = {name: r.curves() for name, r in zip(names, results)}
     baselines = {name: r.baseline_percent for name, r in zip(names, results)}
     for name, c in curves.items():
         if sink_key not in c:
-            raise ValueError(f"the sweep of {name} has no '{sink_key}' runs; the table compares against it")
+            raise UserError(f"the sweep of {name} has no '{sink_key}' runs; the table compares against it")
     main = table2(curves, baselines, tolerance=tolerance, sink_key=sink_key)
     ranks = rank_table(auc_table(curves)).drop(index="mean_rank", errors="ignore")
     rows = []

@@ -28,6 +28,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..core.errors import UserError
 from ..core.io import write_json_atomic
 from .runner import (
     BASELINE,
@@ -159,7 +160,7 @@ def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None,
 
     threads = threads_per_worker or 1
     if threads < 1 or (workers is not None and workers < 1) or (gpus_per_worker is not None and gpus_per_worker < 0):
-        raise ValueError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
+        raise UserError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
                          f"workers={workers}, threads_per_worker={threads_per_worker}, gpus_per_worker={gpus_per_worker}")
     with FolderLock(out):
         prepare_folder(config, out)

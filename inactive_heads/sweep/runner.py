@@ -35,6 +35,7 @@ from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, offi
 from ..core.io import write_json_atomic
 from ..models.loading import BACKENDS, DEFAULT_MODEL
 from ..scoring.scores import PAPER_SCORES, get_score
+from ..core.errors import MissingFileError, UserError
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 EXECUTORS = ("local", "ray")
@@ -89,35 +90,35 @@ class SweepConfig:
         from ..evaluation.tasks import TASKS
 
         if self.task not in TASKS and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:")):
-            raise ValueError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
+            raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
-            raise ValueError(f"limit must be a positive integer, got {self.limit!r}")
+            raise UserError(f"limit must be a positive integer, got {self.limit!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+            raise UserError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
+            raise UserError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
+            raise UserError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
         from ..evaluation.evaluator import ATTENTION_MODES
 
         if self.attention not in ATTENTION_MODES:
-            raise ValueError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
+            raise UserError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
         if not isinstance(self.reuse_prefix, bool):
-            raise ValueError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
+            raise UserError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
-            raise ValueError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
+            raise UserError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
         self.scores = [s for s in self.scores if s != "random"]
         if not self.scores and not self.include_random:
-            raise ValueError("the sweep has no score functions; pass some scores or keep Random")
+            raise UserError("the sweep has no score functions; pass some scores or keep Random")
         for key in self.scores:
             get_score(key)
         if not self.quantiles or any(not 0 <= q < 1 for q in self.quantiles):
-            raise ValueError(f"quantiles must be numbers in [0, 1), got {self.quantiles!r}")
+            raise UserError(f"quantiles must be numbers in [0, 1), got {self.quantiles!r}")
         self.quantiles = [float(q) for q in self.quantiles]
         if len(set(self.quantiles)) != len(self.quantiles):
-            raise ValueError(f"quantiles must be distinct, got {self.quantiles!r}")
+            raise UserError(f"quantiles must be distinct, got {self.quantiles!r}")
         if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
-            raise ValueError(
+            raise UserError(
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
             )
         if self.thresholds.startswith("official:"):
@@ -128,10 +129,10 @@ class SweepConfig:
 
             self.subjects = list(self.subjects)
             if self.task != "mmlu":
-                raise ValueError(f"subjects apply to MMLU only; remove them for task '{self.task}'")
+                raise UserError(f"subjects apply to MMLU only; remove them for task '{self.task}'")
             unknown = [s for s in self.subjects if s not in MMLU_SUBJECTS]
             if unknown:
-                raise ValueError(
+                raise UserError(
                     f"unknown MMLU subject '{unknown[0]}'; valid subjects are listed in "
                     "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
                 )
@@ -144,7 +145,7 @@ class SweepConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown sweep option(s) {unknown}; known: {sorted(known)}")
+            raise UserError(f"unknown sweep option(s) {unknown}; known: {sorted(known)}")
         return cls(**d)
 
     def run_ids(self) -> list[tuple[str, str | None, float | None]]:
@@ -186,7 +187,7 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
         t = official_thresholds(model_name, config.task, key)
         missing = [q for q in config.quantiles if all(abs(q - p) > 1e-9 for p in t.quantiles)]
         if missing:
-            raise ValueError(f"no official threshold at p={missing[0]!r} for '{key}' of {model_name}; "
+            raise UserError(f"no official threshold at p={missing[0]!r} for '{key}' of {model_name}; "
                              f"official thresholds exist for p in {list(t.quantiles)}")
         picked = [t.at(q) for q in config.quantiles]
         return Thresholds(key, tuple(config.quantiles), tuple(picked), t.direction, t.source, t.n_scores)
@@ -197,7 +198,7 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
 # The steps of a sweep, shared by the local and the Ray executor
 
 
-class FolderInUseError(RuntimeError):
+class FolderInUseError(UserError, RuntimeError):
     """Another driver holds the results folder's lock."""
 
 
@@ -264,7 +265,7 @@ def prepare_folder(config: SweepConfig, out: Path) -> None:
         existing = json.loads(config_path.read_text())
         if existing != config.to_dict():
             differing = sorted(k for k in config.to_dict() if existing.get(k) != config.to_dict()[k])
-            raise ValueError(
+            raise UserError(
                 f"'{out}' holds a different sweep (differs in {', '.join(differing)}); "
                 "use another --out folder or delete it"
             )
@@ -296,7 +297,7 @@ def check_model_matches(config: SweepConfig, model) -> None:
         actual["device"] = "cuda:0"
     for key, want in wanted.items():
         if want is not None and actual[key] != want:
-            raise ValueError(f"the model passed to run_sweep has {key} {actual[key]!r} but the sweep config says "
+            raise UserError(f"the model passed to run_sweep has {key} {actual[key]!r} but the sweep config says "
                              f"{want!r}; load it with load_model(..., {key}={want!r}) or change the config")
 
 
@@ -447,17 +448,17 @@ def run_sweep(
     ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
     """
     if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
+        raise UserError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
     out = Path(out_dir)
     if executor == "ray":
         if model is not None:
-            raise ValueError("model= applies to the local executor only; Ray workers load config.model")
+            raise UserError("model= applies to the local executor only; Ray workers load config.model")
         from .ray_executor import run_sweep_ray
 
         return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
                              threads_per_worker=threads_per_worker, shards=shards, progress=progress)
     if address is not None or workers is not None or gpus_per_worker is not None or shards is not None:
-        raise ValueError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
+        raise UserError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
     with FolderLock(out):
         prepare_folder(config, out)
         if model is None:
@@ -538,7 +539,7 @@ class SweepResults:
         path = Path(path)
         config_path = path / "sweep.json"
         if not config_path.is_file():
-            raise FileNotFoundError(f"'{path}' is not a sweep results folder (no sweep.json); run a sweep first")
+            raise MissingFileError(f"'{path}' is not a sweep results folder (no sweep.json); run a sweep first")
         config = SweepConfig.from_dict(json.loads(config_path.read_text()))
         thresholds = {}
         if (path / "thresholds.json").is_file():
@@ -554,7 +555,7 @@ class SweepResults:
     def baseline_percent(self) -> float:
         """Accuracy (%) of the nothing-zeroed run."""
         if BASELINE not in self.records:
-            raise ValueError(f"the sweep in '{self.path}' has no baseline run yet; resume it")
+            raise UserError(f"the sweep in '{self.path}' has no baseline run yet; resume it")
         return self.records[BASELINE]["accuracy_percent"]
 
     @property
@@ -587,7 +588,7 @@ class SweepResults:
         from ..scoring.recording import HeadScores
 
         if self.scores_path is None:
-            raise FileNotFoundError(f"'{self.path}' holds no recorded scores ({SCORES_FILE}); "
+            raise MissingFileError(f"'{self.path}' holds no recorded scores ({SCORES_FILE}); "
                                     "they exist once the baseline pass of a calibrated sweep has run")
         return HeadScores.load(self.scores_path)
 
@@ -599,7 +600,7 @@ class SweepResults:
         import pandas as pd
 
         if level not in ("runs", "questions"):
-            raise ValueError(f"level must be 'runs' or 'questions', got {level!r}")
+            raise UserError(f"level must be 'runs' or 'questions', got {level!r}")
         order = [rid for rid, _, _ in self.config.run_ids() if rid in self.records]
         order += [rid for rid in self.records if rid not in order]
         if level == "runs":
