@@ -235,7 +235,7 @@ def _run_score(args: argparse.Namespace) -> int:
         load_docs(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
     if not args.text_file and args.task.startswith("lm-eval:"):
-        from .lmeval.model import plan_lm_eval_task
+        from .evaluation.lm_eval_tasks import plan_lm_eval_task
 
         plan = plan_lm_eval_task(model, args.task, limit=args.limit, num_fewshot=args.num_fewshot,
                                  apply_chat_template=args.apply_chat_template)

@@ -305,7 +305,7 @@ def plan_for(config: SweepConfig, model):
     from ..evaluation.evaluator import plan_evaluation
 
     if config.task.startswith("lm-eval:"):  # an lm-eval task, its requests as an EvalPlan (lmeval.py)
-        from ..lmeval.model import plan_lm_eval_task
+        from ..evaluation.lm_eval_tasks import plan_lm_eval_task
 
         return plan_lm_eval_task(model, config.task, limit=config.limit, num_fewshot=config.num_fewshot,
                                  apply_chat_template=config.apply_chat_template)
