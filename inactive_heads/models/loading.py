@@ -429,16 +429,10 @@ def load_model(
             model, tokenizer = _load_bridge(local_dir, dtype, device, ctx)
     cfg = model.cfg
     family = BUILTIN_MODELS[spec].family if spec in BUILTIN_MODELS else config.model_type
-    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
     info = ModelInfo(
         name=spec,
         family=family,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        n_kv_heads=n_kv,
-        d_head=cfg.d_head,
-        d_model=cfg.d_model,
-        n_ctx=cfg.n_ctx,
+        **_shape_of(cfg),
         is_chat=_is_chat(tokenizer, official_name),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=tokenizer.bos_token,
@@ -510,6 +504,18 @@ def _processed_weights_note(model) -> str | None:
     return None
 
 
+def _shape_of(cfg) -> dict[str, int]:
+    """The head-shape fields of a ``ModelInfo``, read from a TransformerLens config."""
+    return {
+        "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": getattr(cfg, "n_key_value_heads", None) or cfg.n_heads,
+        "d_head": cfg.d_head,
+        "d_model": cfg.d_model,
+        "n_ctx": cfg.n_ctx,
+    }
+
+
 def model_info(model) -> ModelInfo:
     """The ``ModelInfo`` of a model from ``load_model``, or one built from any TransformerLens model.
 
@@ -524,7 +530,6 @@ def model_info(model) -> ModelInfo:
     cfg = model.cfg
     tokenizer = getattr(model, "tokenizer", None)
     name = getattr(cfg, "model_name", None) or "model"
-    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
     architecture = str(getattr(cfg, "original_architecture", None) or getattr(cfg, "architecture", "") or "")
     hf_config = getattr(getattr(model, "original_model", None), "config", None)  # a bridge's HF model
     if getattr(hf_config, "model_type", None):
@@ -542,12 +547,7 @@ def model_info(model) -> ModelInfo:
     return ModelInfo(
         name=name,
         family=family,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        n_kv_heads=n_kv,
-        d_head=cfg.d_head,
-        d_model=cfg.d_model,
-        n_ctx=cfg.n_ctx,
+        **_shape_of(cfg),
         is_chat=bool(tokenizer is not None and _is_chat(tokenizer, name)),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=getattr(tokenizer, "bos_token", None),
