@@ -16,6 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hooks import HeadHookRunner, make_batches, model_device
 from ..models.loading import architecture_of, model_info
@@ -201,9 +202,18 @@ class EvalResult:
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
         return cls(**d)
 
+    @property
+    def accuracy_interval(self) -> "Interval":
+        """Accuracy in % with its 95 % bootstrap interval over the questions (sampling error)."""
+        return accuracy_interval(self.correct)
+
     def __repr__(self) -> str:
         zeroed = f", {100 * self.realized_fraction:.2f}% heads zeroed" if self.realized_fraction else ""
-        return f"EvalResult({self.task}: accuracy {100 * self.accuracy:.2f}% on n={self.n}{zeroed})"
+        if not self.correct:
+            return f"EvalResult({self.task}: no questions{zeroed})"
+        ci = self.accuracy_interval
+        return (f"EvalResult({self.task}: accuracy {ci.estimate:.2f}% "
+                f"[95% CI {ci.low:.1f}, {ci.high:.1f}] on n={self.n}{zeroed})")
 
 
 def _as_ablation(ablation) -> HeadAblation | None:
