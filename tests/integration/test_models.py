@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prerequisites import require
 from reference_scores import reference_scores
 
 import inactive_heads as ih
@@ -172,9 +173,9 @@ SCORE_TEXTS = ["Question: How do you open a jar?\nAnswer:", "Paris is the capita
 
 
 def _require_installed(alias: str) -> None:
+    """Skipped where the model is not installed, except in CI: make setup installs it there."""
     model = BUILTIN_MODELS[alias]
-    if not is_installed(model):
-        pytest.skip(f"{alias} is not installed: {model.install_command} (or make setup)")
+    require(is_installed(model), f"{alias} is not installed: {model.install_command} (or make setup)")
 
 
 @pytest.fixture(scope="module", params=list(REAL))
