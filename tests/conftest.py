@@ -4,8 +4,8 @@ Tiers (``make test-fast`` runs the first, ``make test`` both, as CI does):
 
 - **fast** — ``tests/unit`` and the package's doctests: hermetic. Tiny random-weight models only
   (``tests/tiny.py``); no built-in model is converted or loaded, no network connection is opened,
-  no browser runs. :class:`FastTierGuard` enforces this: such a test fails with a line that says
-  what it reached for.
+  no browser runs. :class:`FastTierGuard` enforces the first two: such a test fails with a line
+  that says what it reached for (the only test that starts a browser is in ``tests/integration``).
 - **integration** — ``tests/integration``: the built-in SmolLM2-135M (and Gemma-3-270m,
   Qwen2.5-Coder-0.5B), lm-eval, Ray, notebooks, headless Chromium. Every test there carries the
   ``integration`` marker (added here from its folder); the longest also carry ``slow``. Neither
