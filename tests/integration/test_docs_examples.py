@@ -74,6 +74,7 @@ def restore_registry():
     scores._REGISTRY.update(saved)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", WITH_CODE, ids=lambda p: p.name)
 def test_python_examples_run(doc, tmp_path, monkeypatch, restore_registry, shared_models):
     monkeypatch.chdir(tmp_path)  # examples that write files write them here

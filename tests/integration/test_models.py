@@ -188,6 +188,7 @@ def real_model(request):
     gc.collect()
 
 
+@pytest.mark.slow
 def test_real_model_default_backend_and_logits(real_model):
     alias, model = real_model
     info = model_info(model)
@@ -200,6 +201,7 @@ def test_real_model_default_backend_and_logits(real_model):
     assert diff < REAL[alias]["tol"]
 
 
+@pytest.mark.slow
 def test_real_model_scores_equal_the_slow_reference(real_model):
     alias, model = real_model
     sequences = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in SCORE_TEXTS]
