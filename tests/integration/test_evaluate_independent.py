@@ -20,6 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import inactive_heads as ih
 
+pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
+
 MMLU_SUBJECTS = ["world_religions", "management", "miscellaneous", "marketing"]
 MMLU_LIMIT = 10  # 40 questions
 N_PIQA = 20

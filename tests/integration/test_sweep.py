@@ -167,17 +167,27 @@ def test_run_ids_are_unique_for_close_quantiles():
         small_config(quantiles=[0.1, 0.1])
 
 
-def test_official_thresholds_are_checked_before_any_loading(monkeypatch):
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--thresholds", "official:nosuchmodel"], "no official thresholds for model 'nosuchmodel' on mmlu"),
+        (["--thresholds", "official:meta-llama/Llama-3.2-3B", "--quantiles", "0", "0.33"],
+         "no official threshold at p=0.33 for 'ahon_ln' of meta-llama/Llama-3.2-3B"),
+    ],
+)
+def test_official_thresholds_are_checked_before_any_loading(monkeypatch, tmp_path, capsys, options, message):
+    """``inactive-heads sweep`` with bad official thresholds: one line, exit 2, no model loaded, no folder."""
     import inactive_heads.models.loading as models
+    from inactive_heads.cli import main
 
-    def no_loading(*a, **k):
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(models, "load_model", no_loading)
-    with pytest.raises((KeyError, ValueError), match="nosuchmodel"):
-        small_config(thresholds="official:nosuchmodel")
-    with pytest.raises(ValueError, match="official thresholds exist for p in"):
-        small_config(thresholds="official:meta-llama/Llama-3.2-3B", quantiles=[0.0, 0.33])
+    loads = []
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a))  # what run_sweep calls
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--model", "smollm2-135m", "--subjects", "anatomy", "--limit", "2",
+                 "--scores", "ahon_ln", "--out", str(out), *options])
+    err = capsys.readouterr().err
+    assert (code, loads, out.exists()) == (2, [], False)
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_second_driver_on_the_same_folder_refuses(tmp_path):

@@ -25,6 +25,7 @@ def with_context(model, n_ctx: int):
     return types.SimpleNamespace(tokenizer=model.tokenizer, inactive_heads_info=info)
 
 
+@pytest.mark.slow
 def test_long_prompts_are_left_truncated_and_scored_like_lm_eval(smollm2_hooked):
     model = smollm2_hooked
     full = plan_evaluation(model, "mmlu", subjects=SUBJECTS, limit=LIMIT, num_fewshot=SHOTS)

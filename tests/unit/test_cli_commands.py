@@ -72,8 +72,16 @@ def test_bad_options_give_one_line(capsys, argv, message):
         (["calibrate", "/nonexistent/scores.pt"], "no head scores at"),
     ],
 )
-def test_bad_values_give_one_line_before_any_model_loads(capsys, argv, message):
+def test_bad_values_give_one_line_before_any_model_loads(monkeypatch, tmp_path, capsys, argv, message):
+    import inactive_heads.cli as cli
+    import inactive_heads.models.loading as loading
+
+    monkeypatch.chdir(tmp_path)  # "--out x": a sweep that wrongly started would write here
+    loads = []
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: loads.append(a))  # the sweep's loader
+    monkeypatch.setattr(cli, "_load", lambda args: loads.append(args))  # score's
     code, _, err = run(capsys, *argv)
+    assert loads == [] and not (tmp_path / "x").exists()
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1

@@ -1,5 +1,7 @@
 """Converted directories are readable by transformers-4 tools too, and old caches are upgraded.
 
+(The converted SmolLM2 itself is checked in ``tests/integration/test_gguf_anchor.py``.)
+
 transformers 5 writes the rotary base only inside ``rope_parameters``; a transformers-4 reader
 (lm-eval on transformers 4, vLLM, …) looks for ``rope_theta`` and silently uses 10 000 without it.
 """
@@ -9,7 +11,6 @@ import json
 import pytest
 
 from inactive_heads.models import gguf
-from inactive_heads.models.loading import BUILTIN_MODELS, resolve_model_dir
 
 # Transformers-4 semantics of the rope keys, written out by hand: the layouts below are the ones
 # transformers 5 saves for Llama-3.x, SmolLM2 and Gemma-3.
@@ -67,19 +68,3 @@ def test_old_cache_is_upgraded_in_place_once(tmp_path):
     # Once upgraded, a later load reads and writes nothing.
     (d / "config.json").write_text("not json: proves the file is not read again")
     gguf.upgrade_converted(d)
-
-
-def test_smollm2_conversion_carries_rope_theta_for_transformers_4():
-    """SmolLM2's rope base read the transformers-4 way equals the GGUF's own metadata (100 000)."""
-    import gguf as gguf_reader  # the GGUF file-format package transformers itself uses
-
-    directory, _ = resolve_model_dir("smollm2-135m", progress=False)
-    config = json.loads((directory / "config.json").read_text())
-    (part,) = gguf.gguf_part_paths(BUILTIN_MODELS["smollm2-135m"])
-    field = gguf_reader.GGUFReader(str(part)).fields["llama.rope.freq_base"]
-    freq_base = float(field.parts[field.data[0]][0])
-    assert freq_base == 100000.0  # the published SmolLM2-135M config says rope_theta 100000
-    assert config["rope_theta"] == freq_base
-    assert config.get("rope_scaling") is None
-    tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
-    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"

@@ -7,7 +7,6 @@ import torch
 from synthetic_sweep import write_synthetic_sweep
 
 from inactive_heads.reporting import plots
-from inactive_heads.analysis import flagged_mask, iou, normalized_auc, wasserstein
 from inactive_heads.scoring.calibration import calibrate
 from inactive_heads.scoring.recording import HeadScores
 from inactive_heads.sweep.runner import SweepResults
@@ -125,11 +124,13 @@ def test_accuracy_curves_from_sweep(sweep):
 
 
 def test_auc_ranking(sweep):
+    """The synthetic sweep's curves are straight lines from (0 %, 50 %): score i zeroes (i + 1)·100·p %
+    at p = 0 ... 30 % and loses 0.05·(i + 1) points per % (Random: p %, 1 point per %). The normalized
+    AUC of a straight line is the mean of its two ends: AHON (LN) (50 + 48.5)/2, AWFT (50 + 44)/2,
+    AEQD (50 + 36.5)/2, Random (50 + 20)/2."""
     fig = plots.auc_ranking(sweep)
-    aucs = {k: normalized_auc(p) for k, p in sweep.curves().items()}
-    order = sorted(aucs, key=lambda k: -aucs[k])
-    assert list(fig.data[0].y) == [plots.score_label(k) for k in order]
-    np.testing.assert_allclose(fig.data[0].x, [aucs[k] for k in order])
+    assert list(fig.data[0].y) == ["AHON (LN)", "AWFT", "AEQD", "Random"]
+    np.testing.assert_allclose(fig.data[0].x, [49.25, 47.0, 43.25, 35.0], rtol=1e-12)
     assert [s.x0 for s in fig.layout.shapes] == [50.0]
 
 
