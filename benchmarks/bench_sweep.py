@@ -30,7 +30,8 @@ def main() -> None:
     import ray
     import torch
 
-    from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig, run_sweep
+    from inactive_heads.sweep.run import run_sweep
+    from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig
 
     torch.set_num_threads(1)
     config = SweepConfig(model=args.model, task="mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=0,

@@ -35,7 +35,8 @@ from .scoring.scores import (
     score_keys,
     unregister_score,
 )
-from .sweep.runner import SweepConfig, SweepResults, load_results, run_sweep, sweep_results
+from .sweep.run import run_sweep
+from .sweep.runner import SweepConfig, SweepResults, load_results, sweep_results
 from .evaluation.tasks import TASKS, build_requests, load_docs
 from .evaluation.texts import lambada_passages, read_text_file
 

@@ -363,7 +363,7 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from .sweep.runner import run_sweep
+    from .sweep.run import run_sweep
 
     config = _sweep_config(args)
     ray_options = dict(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
@@ -510,7 +510,8 @@ def _demo_reading(results) -> str:
 def _run_demo(args: argparse.Namespace) -> int:
     import time
 
-    from .sweep.runner import SweepConfig, run_sweep
+    from .sweep.run import run_sweep
+    from .sweep.runner import SweepConfig
 
     config = SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit, num_fewshot=0,

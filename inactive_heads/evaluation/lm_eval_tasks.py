@@ -149,14 +149,14 @@ def plan_lm_eval_task(
     :func:`offline_tasks_dir`, and ``include_path`` — or in ``task_manager`` (an lm-eval
     ``TaskManager``) when given.
     """
-    from ..lmeval.model import InactiveHeadsLM  # FIXME(restructure): tokenization moves down here
     from .evaluator import EvalPlan, index_forward_inputs
+    from .request_tokens import RequestTokenizer
     from .tasks import Choice, Request
 
     lm_eval = _lm_eval()
     name = task[len(LM_EVAL_PREFIX):] if task.startswith(LM_EVAL_PREFIX) else task
     info = model_info(model)
-    lm = InactiveHeadsLM(model, progress=False)
+    lm = RequestTokenizer(model)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
     manager = task_manager if task_manager is not None else _task_manager(include_path, name)
     if name not in manager.all_tasks:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,9 +46,7 @@ try:
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
     from lm_eval.models.utils import (
-        _add_special_kwargs,
         handle_stop_sequences,
-        has_bos_prefix,
         normalize_gen_kwargs,
         postprocess_generated_text,
     )
@@ -64,6 +61,7 @@ from ..runtime.hooks import hook_name, make_batches, model_device, run_forward
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
 from ..scoring.recording import record_scores
 from ..scoring.scores import get_score
+from ..evaluation.request_tokens import RequestTokenizer, plain_tokenizer
 from ..evaluation.lm_eval_tasks import LM_EVAL_PREFIX, offline_task_configs, offline_tasks_dir, plan_lm_eval_task  # noqa: F401
 
 MODEL_NAME = "inactive-heads"
@@ -180,25 +178,7 @@ def _cuda_device_exists(device: str) -> bool:
     return count > (int(index) if index.isdigit() else 0)
 
 
-def _plain_tokenizer(model):
-    """The model's tokenizer as ``AutoTokenizer`` loads it (as HFLM has it).
-
-    TransformerLens switches ``add_bos_token`` on in the tokenizer it holds, which would change
-    what ``encode`` returns; so the tokenizer is reloaded from the model's directory when there is one.
-    """
-    info = model_info(model)
-    source = Path(str(info.source))
-    if not (source / "tokenizer_config.json").is_file():
-        raise UserError(
-            f"no tokenizer files in {source!s} (the source of model {info.name!r}); the lm-eval model "
-            "reloads the tokenizer from the model's directory: load the model with load_model(<dir>)"
-        )
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(source)
-
-
-class InactiveHeadsLM(TemplateLM):
+class InactiveHeadsLM(RequestTokenizer, TemplateLM):
     """lm-eval model type ``inactive-heads``: a TransformerLens model with heads zeroed in-pass.
 
     ``pretrained`` is a model from :func:`inactive_heads.load_model` or a spec for it (built-in
@@ -222,7 +202,7 @@ class InactiveHeadsLM(TemplateLM):
         seed: int = 0,
         progress: bool = True,
     ):
-        super().__init__()
+        TemplateLM.__init__(self)
         if isinstance(pretrained, str):
             device = None if device in (None, "", "auto") else str(device)
             if device is not None and device.startswith("cuda") and not _cuda_device_exists(device):
@@ -237,7 +217,7 @@ class InactiveHeadsLM(TemplateLM):
             self.model = pretrained
             self.pretrained = model_info(pretrained).name
         self.info = model_info(self.model)
-        self.tokenizer = _plain_tokenizer(self.model)
+        self.tokenizer = plain_tokenizer(self.model)
         self.ablation = _check_ablation(ablation, int(seed))
         if batch_size in (None, "auto") or str(batch_size).startswith("auto"):
             batch_size = 8
@@ -256,20 +236,7 @@ class InactiveHeadsLM(TemplateLM):
         self.batch_sizes: dict = {}
         self.stats: dict[str, dict[str, Any]] = {}
 
-    # -- lm-eval's tokenization interface, with HFLM's rules ------------------------------------
-
-    @property
-    def eot_token_id(self) -> int:
-        return self.tokenizer.eos_token_id
-
-    @property
-    def prefix_token_id(self) -> int:
-        bos = self.tokenizer.bos_token_id
-        return bos if bos is not None else self.tokenizer.eos_token_id
-
-    @property
-    def max_length(self) -> int:
-        return self._max_length or self.info.n_ctx
+    # -- lm-eval's tokenization interface: RequestTokenizer's (HFLM's rules), plus these ----------
 
     @property
     def max_gen_toks(self) -> int:
@@ -278,34 +245,6 @@ class InactiveHeadsLM(TemplateLM):
     @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    @property
-    def tokenizer_name(self) -> str:
-        return self.tokenizer.name_or_path.replace("/", "__")
-
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
-        special = _add_special_kwargs(add_special_tokens, self.add_bos_token)
-        if add_special_tokens is None and has_bos_prefix(string, self.tokenizer.decode(self.prefix_token_id)):
-            special["add_special_tokens"] = False
-        return self.tokenizer.encode(string, **special)
-
-    def encode_request(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """Context and continuation tokens of one log-likelihood request, as ``loglikelihood`` makes them."""
-        if context:
-            return self._encode_pair(context, continuation)
-        # An empty context conditions on the prefix token (BOS, else EOS), unless the continuation starts with it.
-        continuation_ids = self.tok_encode(continuation, add_special_tokens=False)
-        if continuation_ids[0] == self.prefix_token_id:
-            return continuation_ids[:1], continuation_ids[1:]
-        return [self.prefix_token_id], continuation_ids
-
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(
-            chat_history,
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            continue_final_message=not add_generation_prompt,
-        )
 
     # -- ablation bookkeeping --------------------------------------------------------------------
 

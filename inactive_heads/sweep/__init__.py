@@ -1,4 +1,5 @@
 """Stage 7, sweeps: a resumable folder of runs (baseline, thresholds, ablated runs) on one machine
 or on Ray, and grids of sweeps across models and tasks."""
 
-from .runner import SweepConfig, SweepResults, load_results, run_sweep, sweep_results
+from .run import run_sweep
+from .runner import SweepConfig, SweepResults, load_results, sweep_results

@@ -36,7 +36,8 @@ import pandas as pd
 from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
 from ..analysis.tables import BASELINE
 from ..core.io import write_text_atomic
-from .runner import EXECUTORS, SweepConfig, SweepResults, run_sweep
+from .run import run_sweep
+from .runner import EXECUTORS, SweepConfig, SweepResults
 from ..core.errors import MissingFileError, UserError
 
 RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")

@@ -15,8 +15,8 @@ unablated model runs once: that baseline pass also records the scores used for c
 p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
 construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
 
-``executor="ray"`` runs the same sweep on Ray actors (see :mod:`inactive_heads.sweep.ray_executor`);
-its records are identical to the local executor's.
+:func:`~inactive_heads.sweep.run.run_sweep` picks the executor: this module's local one, or Ray
+actors (:mod:`inactive_heads.sweep.ray_executor`), whose records are identical to the local executor's.
 """
 
 import json
@@ -426,39 +426,9 @@ def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float]]
 # The local executor
 
 
-def run_sweep(
-    config: SweepConfig,
-    out_dir: str | os.PathLike,
-    *,
-    model=None,
-    progress: bool = True,
-    executor: str = "local",
-    address: str | None = None,
-    workers: int | None = None,
-    gpus_per_worker: float | None = None,
-    threads_per_worker: int | None = None,
-    shards: int | None = None,
-) -> "SweepResults":
-    """Run (or resume) a sweep into ``out_dir``; returns its :class:`SweepResults`.
-
-    ``executor="local"``: the model is loaded once (or pass ``model``, which must be the model
-    ``config.model`` names) and the task tokenized once for all runs. ``executor="ray"``: Ray
-    actors (``workers``, each with ``gpus_per_worker`` GPUs and ``threads_per_worker`` CPU
-    threads) run shards of the inputs; ``address`` joins an existing Ray cluster (``"auto"`` or
-    ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
-    """
-    if executor not in EXECUTORS:
-        raise UserError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
-    out = Path(out_dir)
-    if executor == "ray":
-        if model is not None:
-            raise UserError("model= applies to the local executor only; Ray workers load config.model")
-        from .ray_executor import run_sweep_ray
-
-        return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
-                             threads_per_worker=threads_per_worker, shards=shards, progress=progress)
-    if address is not None or workers is not None or gpus_per_worker is not None or shards is not None:
-        raise UserError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
+def run_local(config: SweepConfig, out: Path, *, model=None, progress: bool = True) -> "SweepResults":
+    """The local executor behind ``run_sweep(..., executor="local")``: the model is loaded once (or
+    ``model``, which must be the model ``config.model`` names) and the task tokenized once for all runs."""
     with FolderLock(out):
         prepare_folder(config, out)
         if model is None:

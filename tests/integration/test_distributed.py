@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from inactive_heads.sweep import ray_executor as distributed
-from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig, run_sweep
+from inactive_heads.sweep.run import run_sweep
+from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig
 
 pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 import torch
-from inactive_heads.sweep.runner import SweepConfig, SweepResults, run_sweep
+from inactive_heads.sweep.run import run_sweep
+from inactive_heads.sweep.runner import SweepConfig, SweepResults
 
 # The submodule itself: ``inactive_heads.evaluation.evaluator`` as an attribute is the exported function.
 evaluate_module = importlib.import_module("inactive_heads.evaluation.evaluator")

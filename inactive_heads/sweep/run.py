@@ -1,0 +1,53 @@
+"""``run_sweep``: one entry point over the two executors (local, Ray) of a sweep folder.
+
+The folder format, the config and the local executor live in :mod:`inactive_heads.sweep.runner`,
+the Ray executor in :mod:`inactive_heads.sweep.ray_executor` (which builds on the runner); this
+module only picks one, so no executor imports another.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..core.errors import UserError
+from .runner import EXECUTORS, SweepConfig, SweepResults, run_local
+
+
+def run_sweep(
+    config: SweepConfig,
+    out_dir: str | os.PathLike,
+    *,
+    model=None,
+    progress: bool = True,
+    executor: str = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float | None = None,
+    threads_per_worker: int | None = None,
+    shards: int | None = None,
+) -> SweepResults:
+    """Run (or resume) a sweep into ``out_dir``; returns its :class:`SweepResults`.
+
+    ``executor="local"``: the model is loaded once (or pass ``model``, which must be the model
+    ``config.model`` names) and the task tokenized once for all runs. ``executor="ray"``: Ray
+    actors (``workers``, each with ``gpus_per_worker`` GPUs and ``threads_per_worker`` CPU
+    threads) run shards of the inputs; ``address`` joins an existing Ray cluster (``"auto"`` or
+    ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
+    """
+    if executor not in EXECUTORS:
+        raise UserError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
+    out = Path(out_dir)
+    if executor == "ray":
+        if model is not None:
+            raise UserError("model= applies to the local executor only; Ray workers load config.model")
+        from .ray_executor import run_sweep_ray
+
+        return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
+                             threads_per_worker=threads_per_worker, shards=shards, progress=progress)
+    if address is not None or workers is not None or gpus_per_worker is not None or shards is not None:
+        raise UserError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
+    return run_local(config, out, model=model, progress=progress)
+
+
+__all__ = ["run_sweep"]
