@@ -41,27 +41,10 @@ def register_subcommand(name: str, help: str, add_arguments: AddArguments, run: 
 # models
 
 
-def format_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    """A plain left-aligned text table (numbers right-aligned)."""
-    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    numeric = [all(_is_number(row[i]) for row in cells[1:]) and len(cells) > 1 for i in range(len(header))]
+def _table(rows, header) -> str:
+    from .core.text import text_table
 
-    def line(row: list[str]) -> str:
-        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)]
-        return "  ".join(parts).rstrip()
-
-    out = [line(cells[0]), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells[1:]]
-    return "\n".join(out)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return text_table(header, rows)
 
 
 def _add_models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +63,7 @@ def _run_models(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
         return 0
-    table = format_table(
+    table = _table(
         [
             (
                 r["alias"],
@@ -253,7 +236,7 @@ def _run_score(args: argparse.Namespace) -> int:
         t = hs[key]
         rows.append((key, get_score(key).label, get_score(key).direction, f"{t.mean():.4g}",
                      f"{t.min():.4g}", f"{t.max():.4g}"))
-    print(format_table(rows, ("key", "label", "inactive if", "mean", "min", "max")))
+    print(_table(rows, ("key", "label", "inactive if", "mean", "min", "max")))
     print(f"\n{hs.n_sequences} sequences x {hs.n_layers} layers x {hs.n_heads} heads saved to {path}")
     return 0
 
@@ -287,7 +270,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     header = ("key", "inactive if") + tuple(f"p={q:g}" for q in args.quantiles)
     rows = [(k, ("> " if t.direction == "above" else "< ") + "tau", *[f"{v:.4g}" for v in t.values])
             for k, t in thresholds.items()]
-    print(format_table(rows, header))
+    print(_table(rows, header))
     print(f"\nthresholds from {hs.n_sequences} sequences ({get_score(keys[0]).label} ... pooled over "
           f"{hs.n_layers} layers x {hs.n_heads} heads)")
     if args.out:

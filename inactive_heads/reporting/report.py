@@ -33,6 +33,7 @@ from ..scoring.recording import HeadScores, toolkit_version
 from ..scoring.scores import get_score
 from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
 from ..scoring.scores import score_label
+from ..core.text import text_table
 from ..sweep.runner import SweepResults
 
 HEATMAP_P = 0.30
@@ -71,15 +72,6 @@ def _ci(value: Real, low: Real, high: Real, digits: int = 1) -> str:
     if value is None or math.isnan(value):
         return "—"
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    return [line(header), line(["-" * w for w in widths]), *map(line, rows)]
 
 
 def format_table(
@@ -122,7 +114,7 @@ def format_table(
          _fmt(r["max_realized_pct"])]
         for _, r in frame.iterrows()
     ]
-    lines += ["", *_text_table(header, rows)]
+    lines += ["", text_table(header, rows, left={1})]
     lines.append("[low, high]: 95% paired bootstrap intervals over questions "
                  f"({DEFAULT_RESAMPLES} resamples); agreement: same chosen answer as with nothing zeroed.")
     if runs:
@@ -136,7 +128,7 @@ def format_table(
              _ci(r["kl"], r["kl_low"], r["kl_high"], 3)]
             for _, r in table.iterrows()
         ]
-        lines += ["", *_text_table(header, rows)]
+        lines += ["", text_table(header, rows, left={1})]
     return "\n".join(lines)
 
 
