@@ -304,7 +304,9 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reuse-prefix", action="store_true",
                         help="compute each shared few-shot prefix once per decision history (MMLU: ~80%% of "
                         "the tokens); the same numbers up to float rounding, not to the bit")
-    parser.add_argument("--attention", choices=("auto", "exact", "fast", "eager"), default="auto",
+    from .evaluation.evaluator import ATTENTION_MODES
+
+    parser.add_argument("--attention", choices=ATTENTION_MODES, default="auto",
                         help="auto (default): every pass in TransformerLens's exact arithmetic, so p = 0 "
                         "equals the baseline to the bit; fast: PyTorch's fused kernel where no score reads "
                         "the pattern (numbers within float rounding)")
