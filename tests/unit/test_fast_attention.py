@@ -7,7 +7,8 @@ cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/
 import pytest
 import torch
 
-from inactive_heads.runtime.fast_attention import fast_attention, read_only, supports_fast_attention
+from inactive_heads.runtime.fast_attention import fast_attention, supports_fast_attention
+from inactive_heads.runtime.hook_registry import installed, read_only
 from inactive_heads.runtime.hooks import make_batches
 from inactive_heads.runtime.prefix import group_by_prefix
 from tiny import random_sequences, tiny_gqa_model
@@ -91,7 +92,7 @@ def test_read_only_pattern_hooks_leave_z_bit_identical_and_in_place_edits_count(
         plain = _forward(model, batch)
         seen = []
         reader = read_only(lambda p, hook: seen.append(p.sum().item()))
-        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", reader)]):
+        with installed(model, [("blocks.0.attn.hook_pattern", reader)]):
             read = _forward(model, batch)
 
         def in_place(p, hook):
@@ -155,7 +156,7 @@ def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded
     seen = {}
     grab = read_only(lambda p, hook: seen.__setitem__(hook.name, p.clone()))
     hooks = [("blocks.1.attn.hook_pattern", grab)]
-    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+    with torch.inference_mode(), installed(model, hooks):
         ref = model(batch.tokens, attention_mask=batch.valid.long())
         eager_pattern = seen.pop("blocks.1.attn.hook_pattern")
         with fast_attention(model, fused=False):
