@@ -387,9 +387,12 @@ class _Check:
             got, ref = ours(), reference()
         rows = attention_mask.bool().to(ref.device) if attention_mask is not None else slice(None)
         got, ref = got.to(ref.dtype)[rows], ref[rows]
-        tol = _TOLERANCE.get(ref.dtype, 5e-2) * max(1.0, float(ref.abs().max()) if ref.numel() else 1.0)
-        diff = float((got - ref).abs().max()) if ref.numel() else 0.0
-        if not diff <= tol:  # NaN fails too
+        finite = ref[torch.isfinite(ref)]
+        tol = _TOLERANCE.get(ref.dtype, 5e-2) * max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
+        # Equal values (infinities included) and NaN in both agree; NaN in one only does not.
+        apart = torch.where((got == ref) | (got.isnan() & ref.isnan()), 0.0, (got - ref).abs())
+        diff = float(apart.max()) if apart.numel() else 0.0
+        if not diff <= tol:
             self.failed = True
             warnings.warn(
                 f"fast_attention: {self.model_name}: the {self.form} form's {where[0]} output at layer {where[1]} "
