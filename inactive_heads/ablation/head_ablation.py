@@ -21,12 +21,11 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from ..core.errors import UserError
+from ..models.loading import model_info
 from ..runtime.hook_registry import installed
 from ..runtime.hooks import HeadHookRunner
-from ..models.loading import model_info
 from ..scoring.scores import LayerActivations, get_score, layer_reads
-from ..core.errors import UserError
-
 
 
 @dataclass(frozen=True)

@@ -471,9 +471,8 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
     state = _State(layers, check)
     state.fused = fused
-    patched = {attn: (lambda *a, _f=MethodType(_fast_forward, attn), **kw: _f(*a, _state=state, **kw))
-               for attn in attns}
-    patched.update({mlp: (lambda x, _f=MethodType(_gated_mlp_forward, mlp): _f(x, _state=state)) for mlp in mlps})
+    patched = {module: _bound(_fast_forward, module, state) for module in attns}
+    patched.update({module: _bound(_gated_mlp_forward, module, state) for module in mlps})
     previous = {module: module.__dict__.get("forward") for module in patched}
     _ACTIVE[model] = _Active(form, True, state)
     try:
@@ -487,6 +486,16 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
             else:
                 module.forward = prev
         _ACTIVE.pop(model, None)
+
+
+def _bound(forward, module, state: _State):
+    """``forward`` as ``module``'s forward, with the block's state."""
+    method = MethodType(forward, module)
+
+    def bound(*args, **kwargs):
+        return method(*args, _state=state, **kwargs)
+
+    return bound
 
 
 def _plain_gated_mlp(mlp) -> bool:

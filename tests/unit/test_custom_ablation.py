@@ -189,7 +189,7 @@ def test_a_non_finite_score_is_still_an_error_through_an_override(tiny):
     with abl.apply(model), torch.inference_mode():
         model(torch.tensor(random_sequences(1, seed=5, min_len=6, max_len=6)))
     with pytest.raises(FloatingPointError, match="score 'ahon' is not finite at layer 1"):
-        abl.stats.realized_fraction
+        _ = abl.stats.realized_fraction
 
 
 def test_decide_returning_the_wrong_thing_is_a_one_line_error(tiny, sequences):
@@ -197,13 +197,12 @@ def test_decide_returning_the_wrong_thing_is_a_one_line_error(tiny, sequences):
         def decide(self, acts):
             return torch.zeros(acts.n_heads)  # float, and no batch dimension
 
-    with pytest.raises(ih.UserError, match=r"^Wrong.decide returned a torch.float32 tensor of shape \(6,\); "
-                                           r"return a bool tensor of shape \[batch, head\] = \[1, 6\]$"):
-        with Wrong().apply(tiny), torch.inference_mode():
-            tiny(torch.tensor([sequences[0]]))
-    with pytest.raises(NotImplementedError, match="Bare must implement decide"):
-        with type("Bare", (ih.HeadAblation,), {})().apply(tiny), torch.inference_mode():
-            tiny(torch.tensor([sequences[0]]))
+    wrong = r"^Wrong.decide returned a torch.float32 tensor of shape \(6,\); return a bool tensor of shape \[batch, head\] = \[1, 6\]$"
+    with pytest.raises(ih.UserError, match=wrong), Wrong().apply(tiny), torch.inference_mode():
+        tiny(torch.tensor([sequences[0]]))
+    bare = type("Bare", (ih.HeadAblation,), {})()
+    with pytest.raises(NotImplementedError, match="Bare must implement decide"), bare.apply(tiny), torch.inference_mode():
+        tiny(torch.tensor([sequences[0]]))
 
 
 def test_built_in_names_and_specs_are_unchanged():
@@ -218,11 +217,11 @@ def test_the_docs_custom_ablation_example_runs(tiny, sequences):
     """docs/ablation.md's "Your own ablation" example, run on the tiny model (the docs test runs it on SmolLM2)."""
     text = (DOCS / "ablation.md").read_text(encoding="utf-8")
     section = text.split("## Your own ablation", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
     assert blocks, "docs/ablation.md has no python example under '## Your own ablation'"
     namespace = {"ih": ih, "torch": torch, "model": tiny, "plan": tiny_plan(sequences)}
     for code in blocks:
-        exec(compile(code, str(DOCS / "ablation.md"), "exec"), namespace)
+        exec(compile(code, str(DOCS / "ablation.md"), "exec"), namespace)  # noqa: S102  (the docs' own code)
     kept, quiet = namespace["kept"], namespace["quiet"]
     assert kept.realized_fraction_per_layer[0] == 0.0
     assert quiet.realized_fraction == 2 / tiny.cfg.n_heads

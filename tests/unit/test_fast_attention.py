@@ -6,12 +6,15 @@ cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/
 
 import pytest
 import torch
+from tiny import random_sequences, tiny_gqa_model
 
-from inactive_heads.runtime.fast_attention import fast_attention, supports_fast_attention
+from inactive_heads.runtime.fast_attention import (
+    fast_attention,
+    supports_fast_attention,
+)
 from inactive_heads.runtime.hook_registry import installed, read_only
 from inactive_heads.runtime.hooks import make_batches
 from inactive_heads.runtime.prefix import group_by_prefix
-from tiny import random_sequences, tiny_gqa_model
 
 TOL = 1e-4
 
@@ -184,26 +187,23 @@ def test_nested_blocks_of_the_same_form_run_inside_the_outer_one_and_another_for
             assert outer and inner and _patched(model)
         assert _patched(model)  # the inner block leaves the outer one's patch in place
         for kwargs, asked in (({"fused": False}, "exact"), ({"enabled": False}, "eager")):
-            with pytest.raises(UserError) as info:
-                with fast_attention(model, **kwargs):
-                    pass
+            with pytest.raises(UserError) as info, fast_attention(model, **kwargs):
+                pass
             message = str(info.value)
             assert "\n" not in message and "'fast'" in message and f"'{asked}'" in message
         assert _patched(model)
     assert not _patched(model)
     with fast_attention(model, enabled=False):  # an eager block is a form too
-        with pytest.raises(UserError, match="already runs the 'eager' attention form"):
-            with fast_attention(model):
-                pass
+        with pytest.raises(UserError, match="already runs the 'eager' attention form"), fast_attention(model):
+            pass
         assert not _patched(model)
 
 
 def test_the_model_is_restored_after_an_exception(model, batch):
     ref = _forward(model, batch)
-    with pytest.raises(ZeroDivisionError):
-        with fast_attention(model):
-            assert _patched(model) and any("forward" in block.mlp.__dict__ for block in model.blocks)
-            1 / 0
+    with pytest.raises(ZeroDivisionError), fast_attention(model):
+        assert _patched(model) and any("forward" in block.mlp.__dict__ for block in model.blocks)
+        _ = 1 / 0
     assert not _patched(model)
     assert all("forward" not in block.mlp.__dict__ for block in model.blocks)
     with fast_attention(model, fused=False):  # no stale record of the failed block: another form starts
@@ -234,10 +234,9 @@ def test_configurations_outside_the_allow_list_run_transformer_lens_forward_with
     capped = tiny_gqa_model(seed=4)
     capped.cfg.attn_scores_soft_cap = 50.0
     assert unsupported_reason(capped) == "config attn_scores_soft_cap=50.0 is not supported"
-    with pytest.warns(UserWarning, match="^fast_attention: config attn_scores_soft_cap=50.0 is not supported; "
-                                         "running TransformerLens's own attention forward$"):
-        with fast_attention(capped) as on:
-            assert not on and not _patched(capped)
+    warned = "^fast_attention: config attn_scores_soft_cap=50.0 is not supported; running TransformerLens's own attention forward$"
+    with pytest.warns(UserWarning, match=warned), fast_attention(capped) as on:
+        assert not on and not _patched(capped)
     import warnings
 
     with warnings.catch_warnings():
@@ -267,10 +266,10 @@ def test_first_use_check_falls_back_when_the_fast_forward_disagrees(batch, monke
     capped = tiny_gqa_model(seed=6)
     capped.cfg.attn_scores_soft_cap = 0.5  # tight enough to change every layer's output
     ref = _forward(capped, batch)
-    with pytest.warns(UserWarning, match=r"^fast_attention: .*fast form's attn output at layer 0 differs from "
-                                         r"TransformerLens's own forward by .*using TransformerLens's forward"):
-        with fast_attention(capped) as on:
-            first = _forward(capped, batch)
+    warned = (r"^fast_attention: .*fast form's attn output at layer 0 differs from TransformerLens's own forward by "
+              r".*using TransformerLens's forward")
+    with pytest.warns(UserWarning, match=warned), fast_attention(capped) as on:
+        first = _forward(capped, batch)
     assert on
     assert torch.equal(first, ref)
     with fast_attention(capped):  # decided once: TransformerLens's forward from now on, no new check
