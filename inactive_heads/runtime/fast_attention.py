@@ -11,9 +11,10 @@ only while the block runs, a forward that
   ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
 - with ``fused=True``, runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding
   mask, grouped KV heads without copies) when no hook is attached to that layer's
-  ``hook_pattern``/``hook_attn_scores``; where ``hook_pattern`` is hooked by read-only hooks
-  (:func:`read_only`: the toolkit's score and ablation hooks are) they get the eager pattern and z
-  still comes from the fused kernel, so reading the pattern never changes the numbers;
+  ``hook_pattern``/``hook_attn_scores``; where ``hook_pattern`` is hooked only by read-only hooks
+  the toolkit installed (:mod:`inactive_heads.runtime.hook_registry`: its score and ablation hooks)
+  they get the eager pattern and z still comes from the fused kernel, so reading the pattern never
+  changes the numbers;
 - with ``fused=False`` (the exact form), computes the pattern with TransformerLens's operations —
   one additive mask per forward instead of ``where`` against a rebuilt one, grouped heads by a
   reshape instead of copies, no NaN pass, and a block of query rows at a time so the scale, mask
@@ -25,10 +26,13 @@ only while the block runs, a forward that
   at ``hook_z`` is unchanged. With the fused kernel, a gated MLP also uses its weights in place
   (TransformerLens copies each one transposed on every call).
 
-A layer with a hook on ``hook_attn_scores``, a KV cache, or a model feature this forward does not
-implement (ALiBi, local windows, attention sinks, score soft-capping, log-n scaling, QKV clipping,
-OLMo's full-vector QK norm, 4-bit weights, ``use_attn_result``) runs TransformerLens's own forward.
-Results equal the eager path up to float rounding (≤1e-4 on logits in fp32). Leaving the block
+A layer with a hook on ``hook_attn_scores``, a KV cache or left padding runs TransformerLens's own
+forward; so does every layer of a model outside the allow-list (:func:`unsupported_reason`: the
+configurations this forward implements; anything else, including a config field it does not know,
+gets a one-line warning once). The first time a model runs in a form, each layer's output on that
+batch is checked against TransformerLens's own forward (:class:`_Check`); a mismatch beyond float
+rounding switches the model to TransformerLens's forward. Results equal the eager path up to float
+rounding (≤1e-4 on logits in fp32). A nested block must use the same form. Leaving the block
 restores the modules; other models are never touched.
 """
 
