@@ -143,6 +143,18 @@ def test_a_subclass_implementing_only_decide_runs_through_evaluate(tiny, sequenc
     norms = cache["z"][0].norm(dim=-1).mean(dim=0)  # [head]
     by_hand = set(norms.argsort()[:2].tolist())
     assert set(quiet.stats.flagged_mask()[0, 0].nonzero().flatten().tolist()) == by_hand
+    # a recording-style run: scores recorded with the custom ablation's heads zeroed (apply() treats
+    # every position as real and numbers rows per pass: one unpadded batch)
+    same_length = random_sequences(4, seed=12, min_len=10, max_len=10)
+    recording = TwoQuietest()
+    with recording.apply(tiny):
+        scores = ih.record_scores(tiny, same_length, ["ahon"], batch_size=4, progress=False)["ahon"]
+    assert recording.stats.realized_fraction == 2 / n_heads and recording.stats.n_sequences == 4
+    unablated = ih.record_scores(tiny, same_length, ["ahon"], progress=False)["ahon"]  # not layer-normalized
+    # layer 0: the zeroed heads read as silent (the recorder sees z after the zeroing), the others as before
+    flagged = recording.stats.flagged_mask()[:, 0]
+    assert (scores[:, 0][flagged] == 0).all() and torch.equal(scores[:, 0][~flagged], unablated[:, 0][~flagged])
+    assert not torch.equal(scores[:, 1:], unablated[:, 1:])  # later layers see the zeroing's cascade
 
 
 def test_the_override_adds_no_device_to_host_wait(tiny, sequences, monkeypatch):
