@@ -30,6 +30,7 @@ def piqa(smollm2_hooked):
     return ih.plan_evaluation(smollm2_hooked, "piqa", limit=4)
 
 
+@pytest.mark.slow
 def test_custom_and_overridden_ablations_run_through_evaluate(smollm2_hooked, piqa):
     run = ih.evaluate(smollm2_hooked, piqa, ablation=TwoQuietest(), progress=False)
     assert run.realized_fraction == 2 / 9 and run.realized_fraction_per_layer == [2 / 9] * 30
@@ -44,6 +45,7 @@ def test_custom_and_overridden_ablations_run_through_evaluate(smollm2_hooked, pi
     assert kept.config["ablation"]["name"].startswith("KeepLayer0(ahon_ln:")
 
 
+@pytest.mark.slow
 def test_lm_eval_model_keeps_the_instance(smollm2_hooked, piqa):
     quiet = TwoQuietest()
     lm = ih.lm_eval_model(smollm2_hooked, ablation=quiet, batch_size=4, progress=False)
