@@ -10,7 +10,7 @@ import torch
 import inactive_heads as ih
 
 lm_eval = pytest.importorskip("lm_eval")
-from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.api.instance import Instance
 
 
 class KeepLayer0(ih.DynamicAblation):
