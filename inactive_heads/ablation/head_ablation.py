@@ -21,11 +21,11 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..runtime.hooks import HeadHookRunner
-from ..models.loading import model_info
-from ..scoring.scores import LayerActivations, get_score, layer_reads
 from ..core.errors import UserError
-
+from ..models.loading import model_info
+from ..runtime.hook_registry import installed
+from ..runtime.hooks import HeadHookRunner
+from ..scoring.scores import LayerActivations, get_score, layer_reads
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,14 @@ class HeadAblation:
     seed: int = 0
     # Whether sequences that share a prefix get the same decisions on it (prefix reuse needs this).
     shares_prefix: bool = True
+    # Class-level defaults, so a subclass whose __init__ skips super().__init__() still works.
+    _stats: "AblationStats | None" = None
+    _offset: int | None = None
+    _nonfinite: list | None = None
 
     def __init__(self):
         self._stats: AblationStats | None = None
+        self._nonfinite: list[Tensor] | None = None  # set by flags_for while decide() runs
         # Inside apply(): rows are numbered per forward pass, so each pass is shifted past the
         # sequences already seen (its own Random draws, its own entries in stats.masks).
         self._offset: int | None = None
@@ -200,16 +205,60 @@ class HeadAblation:
         self._stats = value
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
-        """Which heads of which rows to zero at this layer."""
-        raise NotImplementedError
+        """Which heads of which rows to zero at this layer: the one method a subclass implements.
 
-    def _decide_in_pass(self, acts: LayerActivations) -> tuple[Tensor, Tensor | None]:
-        """``decide`` without a device→host sync: (flags, a 0-d "score not finite" tensor or None)."""
-        return self.decide(acts), None
+        Every run calls it, once per layer and batch, inside the forward pass (``evaluate``,
+        ``record_scores`` under :meth:`apply`, ``lm_eval_model``, prefix reuse): overriding it on a
+        built-in ablation changes what that ablation zeroes. Return a bool ``[batch, head]`` tensor
+        on the activations' device; avoid ``.item()``/``bool()`` on tensors here (each is a
+        device→host wait per layer) — :meth:`check_finite` defers that check to once per batch.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement decide(acts) -> bool [batch, head] tensor"
+        )
+
+    def check_finite(self, values: Tensor, what: str, layer: int) -> None:
+        """For :meth:`decide`: make non-finite ``values`` an error. Inside a forward pass the check
+        is deferred to the batch's one device→host copy (no wait per layer); outside, it runs now."""
+        bad = ~torch.isfinite(values).all()
+        if self._nonfinite is not None:
+            self._nonfinite.append((bad, what))
+        elif bool(bad):
+            raise FloatingPointError(f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32")
+
+    def _own_spec(self) -> AblationSpec | None:
+        """The spec of a built-in ablation (None for a custom one)."""
+        return None
 
     @property
-    def spec(self) -> AblationSpec:
-        raise NotImplementedError
+    def spec(self) -> AblationSpec | None:
+        """The :class:`AblationSpec` that rebuilds this ablation, or None when there is none: a
+        custom subclass, including a built-in whose :meth:`decide` is overridden."""
+        own = self._own_spec()
+        if own is None or _overrides_decide(type(self)):
+            return None
+        return own
+
+    @property
+    def name(self) -> str:
+        """Short name for progress bars and records: the spec's (``ahon_ln:0.5``), else the class's
+        (``KeepLayer0``, or ``KeepLayer0(ahon_ln:0.5)`` for a subclass of a built-in)."""
+        spec = self.spec
+        if spec is not None:
+            return spec.name
+        base = self._own_spec()
+        return type(self).__name__ + (f"({base.name})" if base is not None else "")
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly record of this ablation: ``spec.to_dict()``, or for a custom ablation its
+        class, :attr:`name` and the spec of the built-in it extends (if any)."""
+        spec = self.spec
+        if spec is not None:
+            return spec.to_dict()
+        base = self._own_spec()
+        cls = type(self)
+        return {"kind": "custom", "name": self.name, "class": f"{cls.__module__}.{cls.__qualname__}",
+                "base": base.to_dict() if base is not None else None}
 
     def reset(self, model) -> None:
         info = model_info(model)
@@ -221,13 +270,21 @@ class HeadAblation:
             if acts.layer == 0:  # a new forward pass starts
                 self._offset = self._stats.n_sequences
             acts.sequence_ids = acts.sequence_ids + self._offset
-        flags, nonfinite = self._decide_in_pass(acts)
-        flags = flags.to(acts.z.device)
+        self._nonfinite = []  # check_finite() calls from decide() land here, checked at the flush
+        try:
+            flags = self.decide(acts)
+            bad = self._nonfinite
+        finally:
+            self._nonfinite = None
+        flags = _checked_flags(self, flags, acts)
+        nonfinite, what = None, type(self).__name__
+        if bad:
+            what = bad[0][1]
+            nonfinite = bad[0][0] if len(bad) == 1 else torch.stack([b for b, _ in bad]).any()
         stats = self._stats
         if acts.layer == 0:
             stats.flush()  # the previous batch's flags: one device→host copy per batch
-        score = getattr(self, "score", None)
-        stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, getattr(score, "key", type(self).__name__))
+        stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, what)
         return flags
 
     def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
@@ -252,7 +309,7 @@ class HeadAblation:
             runner.set_batch(valid, torch.arange(valid.shape[0]))
         self._offset = self.stats.n_sequences
         try:
-            with model.hooks(fwd_hooks=runner.fwd_hooks()):
+            with installed(model, runner.fwd_hooks()):
                 yield runner
         finally:
             self._offset = None
@@ -268,8 +325,7 @@ class StaticAblation(HeadAblation):
         for l, h in self.heads:
             self._by_layer.setdefault(l, []).append(h)
 
-    @property
-    def spec(self) -> AblationSpec:
+    def _own_spec(self) -> AblationSpec:
         return AblationSpec("static", heads=self.heads)
 
     def reset(self, model) -> None:
@@ -299,21 +355,14 @@ class DynamicAblation(HeadAblation):
         self.seed = seed
         self.reads = layer_reads([self.score])
 
-    @property
-    def spec(self) -> AblationSpec:
+    def _own_spec(self) -> AblationSpec:
         return AblationSpec("dynamic", score=self.score.key, threshold=self.threshold, seed=self.seed)
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
-        flags, nonfinite = self._decide_in_pass(acts)
-        if bool(nonfinite):
-            raise FloatingPointError(
-                f"score '{self.score.key}' is not finite at layer {acts.layer}; try dtype=torch.float32"
-            )
-        return flags
-
-    def _decide_in_pass(self, acts: LayerActivations) -> tuple[Tensor, Tensor]:
+        """The heads whose in-pass score on each row is beyond τ (a non-finite score is an error)."""
         values = self.score(acts)
-        return self.score.is_inactive(values, self.threshold), ~torch.isfinite(values).all()
+        self.check_finite(values, self.score.key, acts.layer)
+        return self.score.is_inactive(values, self.threshold)
 
 
 class RandomAblation(DynamicAblation):
@@ -326,9 +375,32 @@ class RandomAblation(DynamicAblation):
             raise UserError(f"p must be a probability in [0, 1], got {p!r}")
         super().__init__("random", p, seed=seed)
 
-    @property
-    def spec(self) -> AblationSpec:
+    def _own_spec(self) -> AblationSpec:
         return AblationSpec("random", threshold=self.threshold, seed=self.seed)
+
+
+def _overrides_decide(cls: type) -> bool:
+    """Whether ``cls`` (a subclass of a built-in ablation) replaces the built-in's ``decide``."""
+    for base in cls.__mro__:
+        if base in _BUILT_IN:
+            return cls.decide is not base.decide
+    return True
+
+
+def _checked_flags(ablation: HeadAblation, flags, acts: LayerActivations) -> Tensor:
+    """``decide``'s answer as a bool ``[batch, head]`` tensor on the activations' device, or a
+    one-line error naming the class (shape and dtype are host facts: no device wait)."""
+    expected = (acts.z.shape[0], acts.n_heads)
+    if not isinstance(flags, Tensor) or flags.dtype != torch.bool or tuple(flags.shape) != expected:
+        got = f"{flags.dtype} tensor of shape {tuple(flags.shape)}" if isinstance(flags, Tensor) else type(flags).__name__
+        raise UserError(
+            f"{type(ablation).__name__}.decide returned a {got}; return a bool tensor of shape "
+            f"[batch, head] = {list(expected)}"
+        )
+    return flags.to(acts.z.device)
+
+
+_BUILT_IN = (StaticAblation, DynamicAblation, RandomAblation)
 
 
 def zero_heads_hook(heads: Iterable[int]):

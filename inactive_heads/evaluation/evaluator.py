@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ..ablation.head_ablation import AblationSpec, HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
+from ..runtime.hook_registry import installed
 from ..runtime.hooks import HeadHookRunner, make_batches, model_device
 from ..models.loading import architecture_of, model_info
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
@@ -346,7 +347,7 @@ def _add_loglikelihoods(plan: EvalPlan, run: _Pass, logits, owners) -> None:
 
 def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_size: int, bar) -> None:
     """Score plan inputs ``members`` in length-sorted batches."""
-    with model.hooks(fwd_hooks=run.hooks):
+    with installed(model, run.hooks):
         for batch in make_batches([plan.inputs[i] for i in members], batch_size, device=model_device(model)):
             indices = torch.tensor([members[j] for j in batch.indices.tolist()], dtype=torch.long)
             _score_batch(model, plan, run, batch, indices)
@@ -446,7 +447,7 @@ def evaluate(
     )
     abl = _as_ablation(ablation)
     info = model_info(model)
-    bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.spec.name}]" if abl else ""),
+    bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)
     start = time.perf_counter()
     run = _prepare_pass(model, plan, abl, record)
@@ -459,7 +460,7 @@ def evaluate(
     result.config = {
         **plan.config,
         "batch_size": batch_size,
-        "ablation": abl.spec.to_dict() if abl is not None else None,
+        "ablation": abl.describe() if abl is not None else None,
         "dtype": info.dtype,
         "backend": info.backend,
         "toolkit_version": toolkit_version(),

@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..ablation.head_ablation import AblationSpec, HeadAblation
 from ..scoring.calibration import calibrate
-from ..runtime.hooks import hook_name, make_batches, model_device, run_forward
+from ..runtime.hooks import hook_name, installed, make_batches, model_device, run_forward
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
 from ..scoring.recording import record_scores
 from ..scoring.scores import get_score
@@ -139,13 +139,12 @@ def parse_ablation(text: str | None, *, seed: int = 0) -> AblationSpec | Calibra
     return AblationSpec("dynamic", score=score, threshold=number, seed=seed)
 
 
-def _check_ablation(ablation: AblationLike, seed: int) -> AblationSpec | CalibratedAblation | None:
-    if ablation is None or isinstance(ablation, (AblationSpec, CalibratedAblation)):
+def _check_ablation(ablation: AblationLike, seed: int) -> AblationSpec | CalibratedAblation | HeadAblation | None:
+    # A HeadAblation is kept itself (a custom subclass has no spec to rebuild it from).
+    if ablation is None or isinstance(ablation, (AblationSpec, CalibratedAblation, HeadAblation)):
         return ablation
     if isinstance(ablation, str):
         return parse_ablation(ablation, seed=seed)
-    if isinstance(ablation, HeadAblation):
-        return ablation.spec
     if isinstance(ablation, dict):
         return AblationSpec.from_dict(ablation)
     raise TypeError(
@@ -264,8 +263,8 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         self.stats[kind] = entry
         if spec is None:
             return None
-        entry["ablation"] = spec.to_dict()
-        ablation = spec.build()
+        ablation = spec if isinstance(spec, HeadAblation) else spec.build()
+        entry["ablation"] = ablation.describe()
         ablation.reset(self.model)
         return ablation
 
@@ -279,7 +278,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
             entry["realized_fraction"] = ablation.stats.realized_fraction
             entry["realized_fraction_per_layer"] = ablation.stats.realized_fraction_per_layer
             entry["flagged"] = int(ablation.stats.flagged_per_layer.sum())
-        name = "none" if entry["ablation"] is None else AblationSpec.from_dict(entry["ablation"]).name
+        name = "none" if ablation is None else ablation.name
         print(
             f"inactive-heads: {kind}: {100 * entry['realized_fraction']:.2f}% of (sequence, layer, head) "
             f"zeroed over {n_sequences} sequences (ablation {name})",
@@ -303,6 +302,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
                 "ablation": (
                     None if self.ablation is None
                     else {"calibrated": vars(self.ablation)} if isinstance(self.ablation, CalibratedAblation)
+                    else self.ablation.describe() if isinstance(self.ablation, HeadAblation)
                     else self.ablation.to_dict()
                 ),
                 "realized_fraction": self.realized_fraction,
@@ -317,7 +317,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         runner = ablation.runner(self.model) if ablation is not None else None
         hooks = runner.fwd_hooks() if runner is not None else []
         bar = tqdm(total=len(sequences), desc=desc, unit="seq", disable=not self.progress, leave=False)
-        with self.model.hooks(fwd_hooks=hooks):
+        with installed(self.model, hooks):
             for batch in make_batches(sequences, self._batch_size, device=self._device):
                 if runner is not None:
                     runner.set_batch(batch.valid, batch.indices)

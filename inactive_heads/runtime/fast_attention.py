@@ -11,9 +11,10 @@ only while the block runs, a forward that
   ``hook_k``, ``hook_v``, ``hook_rot_q``, ``hook_rot_k`` fire exactly as before;
 - with ``fused=True``, runs PyTorch's fused ``scaled_dot_product_attention`` (causal + padding
   mask, grouped KV heads without copies) when no hook is attached to that layer's
-  ``hook_pattern``/``hook_attn_scores``; where ``hook_pattern`` is hooked by read-only hooks
-  (:func:`read_only`: the toolkit's score and ablation hooks are) they get the eager pattern and z
-  still comes from the fused kernel, so reading the pattern never changes the numbers;
+  ``hook_pattern``/``hook_attn_scores``; where ``hook_pattern`` is hooked only by read-only hooks
+  the toolkit installed (:mod:`inactive_heads.runtime.hook_registry`: its score and ablation hooks)
+  they get the eager pattern and z still comes from the fused kernel, so reading the pattern never
+  changes the numbers;
 - with ``fused=False`` (the exact form), computes the pattern with TransformerLens's operations —
   one additive mask per forward instead of ``where`` against a rebuilt one, grouped heads by a
   reshape instead of copies, no NaN pass, and a block of query rows at a time so the scale, mask
@@ -25,50 +26,120 @@ only while the block runs, a forward that
   at ``hook_z`` is unchanged. With the fused kernel, a gated MLP also uses its weights in place
   (TransformerLens copies each one transposed on every call).
 
-A layer with a hook on ``hook_attn_scores``, a KV cache, or a model feature this forward does not
-implement (ALiBi, local windows, attention sinks, score soft-capping, log-n scaling, QKV clipping,
-OLMo's full-vector QK norm, 4-bit weights, ``use_attn_result``) runs TransformerLens's own forward.
-Results equal the eager path up to float rounding (≤1e-4 on logits in fp32). Leaving the block
+A layer with a hook on ``hook_attn_scores``, a KV cache or left padding runs TransformerLens's own
+forward; so does every layer of a model outside the allow-list (:func:`unsupported_reason`: the
+configurations this forward implements; anything else, including a config field it does not know,
+gets a one-line warning once). The first time a model runs in a form, each layer's output on that
+batch is checked against TransformerLens's own forward (:class:`_Check`); a mismatch beyond float
+rounding switches the model to TransformerLens's forward. Results equal the eager path up to float
+rounding (≤1e-4 on logits in fp32). A nested block must use the same form. Leaving the block
 restores the modules; other models are never touched.
 """
 
+import dataclasses
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MethodType
+from weakref import WeakKeyDictionary
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
+
 from ..core.errors import UserError
+from .hook_registry import hooked as _hooked
+from .hook_registry import only_read_only as _read_only
+from .hook_registry import read_only  # noqa: F401  (the mark the toolkit's hooks carry; re-exported)
 
-_MARK = "_inactive_heads_fast_attention"
+# ----------------------------------------------------------------------------------------------
+# What the fast forward supports: an allow-list of TransformerLens configurations
+
+# Config fields the fast forward handles, each with the values it supports. Everything it computes
+# itself (the mask, the softmax, z, W_O) is only right for these; q/k/v, QK norm and rotary
+# (including partial rotary and the NTK/YaRN tables) come from TransformerLens's own methods.
+_ALLOWED = {
+    "positional_embedding_type": lambda v: v in ("standard", "rotary"),
+    "attention_dir": lambda v: v == "causal",
+    "use_attn_result": lambda v: v is False,
+    "load_in_4bit": lambda v: v is False,
+    "quantization_method": lambda v: v is None,
+    "use_attention_sinks": lambda v: v is False,
+    "use_logn_attn": lambda v: v is False,
+    "use_dynamic_ntk_rope": lambda v: v is False,
+    "use_local_attn": lambda v: v is False,
+    "attn_types": lambda v: v is None or all(t == "global" for t in v),
+    "clip_qkv": lambda v: v is None,
+    "attn_scores_soft_cap": lambda v: v is None or v <= 0,
+    # OLMo's QK norm acts on the whole projected vector, outside calculate_qkv_matrices.
+    "original_architecture": lambda v: v not in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"),
+}
+
+# Config fields that do not change what an attention module (or a plain gated MLP) computes from
+# its inputs, or that change it only through TransformerLens's own methods the fast forward calls.
+_NEUTRAL = frozenset({
+    "d_model", "d_head", "n_layers", "n_ctx", "n_heads", "d_mlp", "d_vocab", "device", "use_split_qkv_input",
+    "default_prepend_bos", "n_key_value_heads", "attn_only", "gated_mlp", "uses_rms_norm", "eps",
+    "layer_norm_folding", "act_fn", "normalization_type", "num_experts", "experts_per_token", "final_rms",
+    "dtype", "model_name", "use_attn_scale", "attn_scale", "use_hook_mlp_in", "use_attn_in", "use_qk_norm",
+    "train_seq_length", "ungroup_grouped_query_attention", "from_checkpoint", "checkpoint_index",
+    "checkpoint_label_type", "checkpoint_value", "tokenizer_name", "window_size", "init_mode", "n_devices",
+    "seed", "initializer_range", "init_weights", "scale_attn_by_inverse_layer_idx", "d_vocab_out",
+    "parallel_attn_mlp", "rotary_dim", "n_params", "use_hook_tokens", "tokenizer_prepends_bos",
+    "post_embedding_ln", "rotary_base", "rotary_base_local", "rotary_scaling_factor", "trust_remote_code",
+    "rotary_adjacent_pairs", "relative_attention_max_distance", "relative_attention_num_buckets",
+    "decoder_start_token_id", "tie_word_embeddings", "use_normalization_before_and_after",
+    "output_logits_soft_cap", "use_NTK_by_parts_rope", "NTK_by_parts_low_freq_factor",
+    "NTK_by_parts_high_freq_factor", "NTK_by_parts_factor", "NTK_original_ctx_len", "use_yarn_rope",
+    "yarn_factor", "yarn_attention_factor", "yarn_beta_fast", "yarn_beta_slow",
+    "yarn_original_max_position_embeddings", "yarn_truncate", "yarn_global_attn_only", "norm_topk_prob",
+})
 
 
-def supports_fast_attention(model) -> bool:
-    """True for a ``HookedTransformer`` whose attention needs nothing this fast path leaves out."""
+def unsupported_reason(model) -> str | None:
+    """Why the fast forward does not run on ``model`` (None: it does). The allow-list: a
+    ``HookedTransformer`` whose attention modules are TransformerLens's ``Attention`` or
+    ``GroupedQueryAttention`` (global, causal) and whose every config field is one this forward
+    knows, at a value it supports; a field it does not know (a newer TransformerLens) is refused."""
     from transformer_lens import HookedTransformer
+    from transformer_lens.components import Attention, GroupedQueryAttention
 
     # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) is a HookedTransformer too.
     if not isinstance(model, HookedTransformer) or not hasattr(model, "blocks"):
-        return False
+        return f"{type(model).__name__} is not a HookedTransformer"
     cfg = model.cfg
-    if cfg.positional_embedding_type in ("alibi", "relative_positional_bias"):
-        return False
-    if getattr(cfg, "attention_dir", "causal") != "causal":
-        return False
-    unsupported = (
-        getattr(cfg, "use_attn_result", False),
-        getattr(cfg, "load_in_4bit", False),
-        getattr(cfg, "use_attention_sinks", False),
-        getattr(cfg, "use_logn_attn", False),
-        getattr(cfg, "clip_qkv", None) is not None,
-        (getattr(cfg, "attn_scores_soft_cap", None) or -1) > 0,
-        cfg.original_architecture in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"),
-    )
-    if any(unsupported):
-        return False
-    return all(getattr(block.attn, "attn_type", "global") == "global" for block in model.blocks)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name, None)
+        check = _ALLOWED.get(f.name)
+        if check is not None:
+            if not check(value):
+                return f"config {f.name}={value!r} is not supported"
+        elif f.name not in _NEUTRAL:
+            return f"config field {f.name!r} is unknown to this toolkit (a newer TransformerLens?)"
+    for layer, block in enumerate(model.blocks):
+        attn = block.attn
+        if type(attn) not in (Attention, GroupedQueryAttention):
+            return f"layer {layer}'s attention is a {type(attn).__name__}"
+        if getattr(attn, "attn_type", "global") != "global" or getattr(attn, "_attention_dir_override", None):
+            return f"layer {layer}'s attention is local or not causal"
+    return None
+
+
+def supports_fast_attention(model) -> bool:
+    """True when :func:`fast_attention` runs its own forward on ``model`` (see :func:`unsupported_reason`)."""
+    return unsupported_reason(model) is None
+
+
+_WARNED: "WeakKeyDictionary[object, set[str]]" = WeakKeyDictionary()
+
+
+def _warn_once(model, message: str) -> None:
+    """One warning line per model and message."""
+    seen = _WARNED.setdefault(model, set())
+    if message not in seen:
+        seen.add(message)
+        warnings.warn(message, stacklevel=4)
 
 
 @dataclass
@@ -88,8 +159,9 @@ class _State:
     sit at positions ``prefix.length, prefix.length + 1, ...``.
     """
 
-    def __init__(self, layers: dict[int, int]):
-        self.layers = layers  # id(attention module) -> layer index
+    def __init__(self, layers: dict[int, int], check: "_Check | None" = None):
+        self.layers = layers  # id(attention or MLP module) -> layer index
+        self.check = check if check is not None else _Check()
         self.capture: PrefixKV | None = None
         self.prefix: PrefixKV | None = None
         self.fused = True  # False: z from the eager pattern wherever hook_pattern is hooked
@@ -124,39 +196,6 @@ class _State:
         # A prefix-reusing pass alternates between the prefix's mask and its batch's: keep a few.
         self._masks = [(attention_mask, key, value)] + self._masks[:3]
         return value
-
-
-READ_ONLY = "_inactive_heads_read_only"
-
-
-def read_only(hook_fn):
-    """Mark a hook function as one that never changes its activation (it returns None, edits nothing)."""
-    setattr(hook_fn, READ_ONLY, True)
-    return hook_fn
-
-
-def _read_only(hook_point) -> bool:
-    """True when every forward hook on ``hook_point`` wraps a function marked :func:`read_only`."""
-    if hook_point._forward_pre_hooks or hook_point._backward_hooks:
-        return False
-    for wrapper in hook_point._forward_hooks.values():
-        cells = getattr(wrapper, "__closure__", None) or ()
-        marked = False
-        for cell in cells:
-            try:
-                content = cell.cell_contents
-            except ValueError:
-                continue
-            if callable(content) and getattr(content, READ_ONLY, False):
-                marked = True
-                break
-        if not marked and not getattr(wrapper, READ_ONLY, False):
-            return False
-    return True
-
-
-def _hooked(hook_point) -> bool:
-    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
 
 
 def _fused(self, qh, kh, vh, allowed, group: int) -> Tensor:
@@ -255,17 +294,35 @@ def _fast_forward(
     usable = attention_mask is None or _state.masks(
         attention_mask, attention_mask.shape[1], attention_mask.device, self.W_Q.dtype
     )[2]
-    if (
+    own = (
         past_kv_cache_entry is not None
         or additive_attention_mask is not None
         or position_bias is not None
         or _hooked(self.hook_attn_scores)
         or not usable
-    ):
+    )
+    layer = _state.layers[id(self)]
+    if not own and prefix is None and ("attn", layer) not in _state.check.done and not _state.check.failed:
+        # First use of this layer in this form: one batch against TransformerLens's own forward.
+        _state.check.compare(self, ("attn", layer), lambda: _compute(self, query_input, key_input, value_input,
+                                                                      _state, attention_mask, capture=False),
+                             lambda: type(self).forward(self, query_input, key_input, value_input,
+                                                        attention_mask=attention_mask),
+                             attention_mask)
+    if own or _state.check.failed:
         if prefix is not None or _state.capture is not None:
-            raise RuntimeError("prefix reuse needs right-padded batches and no hook on hook_attn_scores")
+            raise RuntimeError("prefix reuse needs right-padded batches, no hook on hook_attn_scores and a model "
+                               "the fast forward agrees with; run without reuse_prefix")
         return type(self).forward(self, query_input, key_input, value_input, past_kv_cache_entry,
                                   additive_attention_mask, attention_mask, position_bias)
+    return _compute(self, query_input, key_input, value_input, _state, attention_mask)
+
+
+def _compute(self, query_input, key_input, value_input, _state: _State, attention_mask, *,
+             capture: bool = True) -> Float[Tensor, "batch pos d_model"]:
+    """The fast forward's output for one attention layer (``capture=False``: leave the prefix
+    being captured alone, for the first-use check)."""
+    prefix = _state.prefix
     q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)
     offset = prefix.length if prefix is not None else 0
     if self.cfg.positional_embedding_type == "rotary":
@@ -273,7 +330,7 @@ def _fast_forward(
         q = self.hook_rot_q(self.apply_rotary(q, offset, None))
         k = self.hook_rot_k(self.apply_rotary(k, offset, None))
     layer = _state.layers[id(self)]
-    if _state.capture is not None:
+    if capture and _state.capture is not None:
         _state.capture.keys.append(k)
         _state.capture.values.append(v)
     if prefix is not None:
@@ -293,36 +350,135 @@ def _output(self, z: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "b
     return out.view(z.shape[0], z.shape[1], -1)
 
 
+# ----------------------------------------------------------------------------------------------
+# The first-use check
+
+# How far the fast forward may be from TransformerLens's own on one layer's output, relative to
+# that output's largest magnitude: float rounding (the fused kernel adds in another order), far
+# below what a missing feature (a scale, a cap, a mask) does.
+_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+@contextmanager
+def _hooks_off(module):
+    """No hook of ``module``'s hook points fires inside the block (for the reference forward)."""
+    from transformer_lens.hook_points import HookPoint
+
+    points = [m for m in module.modules() if isinstance(m, HookPoint)]
+    saved = [(p, p._forward_hooks, p._forward_pre_hooks) for p in points]
+    try:
+        for p in points:
+            p._forward_hooks, p._forward_pre_hooks = type(p._forward_hooks)(), type(p._forward_pre_hooks)()
+        yield
+    finally:
+        for p, fwd, pre in saved:
+            p._forward_hooks, p._forward_pre_hooks = fwd, pre
+
+
+class _Check:
+    """First-use check of one model in one form: each layer's attention (and patched MLP) output,
+    the first time it runs, against TransformerLens's own forward on the same inputs, with no hook
+    firing in either. The numbers the run then uses are computed afresh, as if no check had run."""
+
+    def __init__(self, model=None, form: str = ""):
+        self.model_name = getattr(getattr(model, "cfg", None), "model_name", type(model).__name__)
+        self.form = form
+        self.done: set[tuple[str, int]] = set()
+        self.failed = False
+
+    def compare(self, module, where: tuple[str, int], ours, reference, attention_mask=None) -> None:
+        with torch.no_grad(), _hooks_off(module):
+            got, ref = ours(), reference()
+        rows = attention_mask.bool().to(ref.device) if attention_mask is not None else slice(None)
+        got, ref = got.to(ref.dtype)[rows], ref[rows]
+        finite = ref[torch.isfinite(ref)]
+        tol = _TOLERANCE.get(ref.dtype, 5e-2) * max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
+        # Equal values (infinities included) and NaN in both agree; NaN in one only does not.
+        apart = torch.where((got == ref) | (got.isnan() & ref.isnan()), 0.0, (got - ref).abs())
+        diff = float(apart.max()) if apart.numel() else 0.0
+        if not diff <= tol:
+            self.failed = True
+            warnings.warn(
+                f"fast_attention: {self.model_name}: the {self.form} form's {where[0]} output at layer {where[1]} "
+                f"differs from TransformerLens's own forward by {diff:.3g} (tolerance {tol:.3g}); using "
+                "TransformerLens's forward for this model", stacklevel=6)
+            return
+        self.done.add(where)
+
+
+_CHECKS: "WeakKeyDictionary[object, dict[str, _Check]]" = WeakKeyDictionary()
+
+
+# ----------------------------------------------------------------------------------------------
+# The context manager
+
+
+@dataclass
+class _Active:
+    form: str
+    on: bool
+    state: "_State | None" = None
+    depth: int = 1
+
+
+# model -> the fast_attention block running on it (the toolkit's own record; nothing is stored on the model)
+_ACTIVE: "WeakKeyDictionary[object, _Active]" = WeakKeyDictionary()
+
+
 @contextmanager
 def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     """Use the fast attention forward on ``model`` inside the block; yields whether it is on.
 
     ``fused=False`` computes every layer's pattern with the grouped eager path instead of the
     fused kernel: a little slower, and the same arithmetic as TransformerLens (bit-identical
-    logits on SmolLM2).
+    logits on SmolLM2). ``enabled=False`` keeps TransformerLens's own forward.
 
     >>> with fast_attention(model):                # doctest: +SKIP
     ...     logits = model(tokens, attention_mask=mask)
 
-    Unsupported models (including ``TransformerBridge``) run unchanged (yields False); a nested
-    block keeps the outer one's state.
+    A configuration outside the allow-list (:func:`unsupported_reason`; a ``TransformerBridge``
+    too) runs unchanged, with a one-line warning once per model (yields False). The first time a
+    model runs in a form, each layer's output on that batch is checked against TransformerLens's
+    own forward; a mismatch beyond float rounding switches the model back to TransformerLens's
+    forward, with a warning. A nested block on the same model must ask for the same form (it then
+    runs inside the outer one); another form is a :class:`UserError`.
     """
-    if getattr(model, _MARK, None) is not None:
-        yield True
+    form = "eager" if not enabled else "fast" if fused else "exact"
+    active = _ACTIVE.get(model)
+    if active is not None:
+        if active.form != form:
+            raise UserError(
+                f"fast_attention: this model already runs the '{active.form}' attention form in an enclosing "
+                f"block; a nested block asked for '{form}': use one form per model at a time"
+            )
+        active.depth += 1
+        try:
+            yield active.on
+        finally:
+            active.depth -= 1
         return
-    if not enabled or not supports_fast_attention(model):
-        yield False
+    reason = unsupported_reason(model) if enabled else None
+    if reason is not None:
+        _warn_once(model, f"fast_attention: {reason}; running TransformerLens's own attention forward")
+    if not enabled or reason is not None:
+        _ACTIVE[model] = _Active(form, False)
+        try:
+            yield False
+        finally:
+            _ACTIVE.pop(model, None)
         return
+    checks = _CHECKS.setdefault(model, {})
+    check = checks.get(form) or checks.setdefault(form, _Check(model, form))
     attns = [block.attn for block in model.blocks]
-    state = _State({id(attn): layer for layer, attn in enumerate(attns)})
+    layers = {id(attn): layer for layer, attn in enumerate(attns)}
+    mlps = [block.mlp for block in model.blocks if fused and _plain_gated_mlp(block.mlp)]
+    layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
+    state = _State(layers, check)
     state.fused = fused
-    patched = {attn: (lambda *a, _f=MethodType(_fast_forward, attn), **kw: _f(*a, _state=state, **kw))
-               for attn in attns}
-    if fused:
-        patched.update({block.mlp: MethodType(_gated_mlp_forward, block.mlp)
-                        for block in model.blocks if _plain_gated_mlp(block.mlp)})
+    patched = {module: _bound(_fast_forward, module, state) for module in attns}
+    patched.update({module: _bound(_gated_mlp_forward, module, state) for module in mlps})
     previous = {module: module.__dict__.get("forward") for module in patched}
-    setattr(model, _MARK, state)
+    _ACTIVE[model] = _Active(form, True, state)
     try:
         for module, forward in patched.items():
             module.forward = forward
@@ -333,7 +489,17 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
                 module.__dict__.pop("forward", None)
             else:
                 module.forward = prev
-        model.__dict__.pop(_MARK, None)
+        _ACTIVE.pop(model, None)
+
+
+def _bound(forward, module, state: _State):
+    """``forward`` as ``module``'s forward, with the block's state."""
+    method = MethodType(forward, module)
+
+    def bound(*args, **kwargs):
+        return method(*args, _state=state, **kwargs)
+
+    return bound
 
 
 def _plain_gated_mlp(mlp) -> bool:
@@ -342,11 +508,19 @@ def _plain_gated_mlp(mlp) -> bool:
     return type(mlp) is GatedMLP and not (mlp.cfg.is_layer_norm_activation() and mlp.ln is not None)
 
 
-def _gated_mlp_forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+def _gated_mlp_forward(self, x: Float[Tensor, "batch pos d_model"], *,
+                       _state: "_State | None" = None) -> Float[Tensor, "batch pos d_model"]:
     """TransformerLens's gated MLP (same hooks) with its weights used in place: TransformerLens
     copies each weight transposed on every call (to match Hugging Face's bf16 rounding), which costs
     ~7 % of a forward on CPU. Used only with the fused kernel, whose numbers are within float
     rounding anyway."""
+    if _state is not None:
+        where = ("mlp", _state.layers[id(self)])
+        if where not in _state.check.done and not _state.check.failed:
+            _state.check.compare(self, where, lambda: _gated_mlp_forward(self, x),
+                                 lambda: type(self).forward(self, x))
+        if _state.check.failed:
+            return type(self).forward(self, x)
     if self.W_gate.device != x.device:
         x = x.to(self.W_gate.device)
     pre_act = self.hook_pre(x @ self.W_gate)
@@ -369,7 +543,7 @@ def attention_form(model, form: str):
 
 def state_of(model) -> _State:
     """The fast forward's state of ``model`` (inside :func:`fast_attention`), for prefix reuse."""
-    state = getattr(model, _MARK, None)
-    if state is None:
+    active = _ACTIVE.get(model)
+    if active is None or active.state is None:
         raise RuntimeError("prefix reuse runs inside fast_attention(model); wrap the calls in it")
-    return state
+    return active.state

@@ -16,7 +16,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from .fast_attention import attention_form, read_only
+from .fast_attention import attention_form
+from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
 from ..models.loading import model_info
 from .activations import LayerActivations
 from ..core.errors import UserError

@@ -32,7 +32,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .fast_attention import PrefixKV, read_only, state_of, supports_fast_attention
+from .fast_attention import PrefixKV, state_of, supports_fast_attention
+from .hook_registry import installed, read_only
 from .hooks import LayerCallback, StopForward
 from .activations import LayerActivations
 
@@ -328,7 +329,7 @@ class SharedPrefix:
         kv = PrefixKV(self.length, [None] * self.n_layers, [None] * self.n_layers)
         self._batch = (valid, sequence_ids)
         nodes = [self.root] * b
-        with model.hooks(fwd_hooks=self._hooks()):
+        with installed(model, self._hooks()):
             resid = model(tokens, attention_mask=mask, stop_at_layer=0)
             for layer in range(self.n_layers):
                 for node in {id(n): n for n in nodes}.values():

@@ -13,7 +13,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..runtime.hooks import HeadHookRunner, make_batches, model_device, run_forward, tokenize
+from ..runtime.hooks import HeadHookRunner, installed, make_batches, model_device, run_forward, tokenize
 from ..core.io import atomic_path
 from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
@@ -309,7 +309,7 @@ def record_scores(
     device = model_device(model)
     start = time.perf_counter()
     bar = tqdm(total=n, desc="recording scores", unit="seq", disable=not progress)
-    with model.hooks(fwd_hooks=runner.fwd_hooks()):
+    with installed(model, runner.fwd_hooks()):
         for batch in make_batches(sequences, batch_size, device=device):
             runner.set_batch(batch.valid, batch.indices)
             run_forward(model, batch.tokens, batch.valid, stop_early=True, attention=attention)

@@ -66,11 +66,11 @@ class _ScoreProbe(ih.DynamicAblation):
         super().__init__(score, tau)
         self.seen = {}
 
-    def _decide_in_pass(self, acts):
+    def decide(self, acts):
         values = self.score(acts)
         for row, seq in enumerate(acts.sequence_ids.tolist()):
             self.seen[(seq, acts.layer)] = values[row].cpu()
-        return super()._decide_in_pass(acts)
+        return super().decide(acts)
 
 
 @pytest.mark.slow

@@ -6,11 +6,15 @@ cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/
 
 import pytest
 import torch
+from tiny import random_sequences, tiny_gqa_model
 
-from inactive_heads.runtime.fast_attention import fast_attention, read_only, supports_fast_attention
+from inactive_heads.runtime.fast_attention import (
+    fast_attention,
+    supports_fast_attention,
+)
+from inactive_heads.runtime.hook_registry import installed, read_only
 from inactive_heads.runtime.hooks import make_batches
 from inactive_heads.runtime.prefix import group_by_prefix
-from tiny import random_sequences, tiny_gqa_model
 
 TOL = 1e-4
 
@@ -91,7 +95,7 @@ def test_read_only_pattern_hooks_leave_z_bit_identical_and_in_place_edits_count(
         plain = _forward(model, batch)
         seen = []
         reader = read_only(lambda p, hook: seen.append(p.sum().item()))
-        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", reader)]):
+        with installed(model, [("blocks.0.attn.hook_pattern", reader)]):
             read = _forward(model, batch)
 
         def in_place(p, hook):
@@ -155,7 +159,7 @@ def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded
     seen = {}
     grab = read_only(lambda p, hook: seen.__setitem__(hook.name, p.clone()))
     hooks = [("blocks.1.attn.hook_pattern", grab)]
-    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+    with torch.inference_mode(), installed(model, hooks):
         ref = model(batch.tokens, attention_mask=batch.valid.long())
         eager_pattern = seen.pop("blocks.1.attn.hook_pattern")
         with fast_attention(model, fused=False):
@@ -165,3 +169,133 @@ def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded
     assert pattern.shape == eager_pattern.shape
     rows = batch.valid[:, None, :, None] & batch.valid[:, None, None, :]  # real query and key
     assert (pattern - eager_pattern).abs()[rows.expand_as(pattern)].max() <= 1e-6
+
+
+# ----------------------------------------------------------------------------------------------
+# Trust: nesting, restoring, two models, the allow-list, the first-use check, the hook registry
+
+
+def _patched(model) -> bool:
+    return any("forward" in block.attn.__dict__ for block in model.blocks)
+
+
+def test_nested_blocks_of_the_same_form_run_inside_the_outer_one_and_another_form_raises(model, batch):
+    from inactive_heads.core.errors import UserError
+
+    with fast_attention(model) as outer:
+        with fast_attention(model) as inner:
+            assert outer and inner and _patched(model)
+        assert _patched(model)  # the inner block leaves the outer one's patch in place
+        for kwargs, asked in (({"fused": False}, "exact"), ({"enabled": False}, "eager")):
+            with pytest.raises(UserError) as info, fast_attention(model, **kwargs):
+                pass
+            message = str(info.value)
+            assert "\n" not in message and "'fast'" in message and f"'{asked}'" in message
+        assert _patched(model)
+    assert not _patched(model)
+    with fast_attention(model, enabled=False):  # an eager block is a form too
+        with pytest.raises(UserError, match="already runs the 'eager' attention form"), fast_attention(model):
+            pass
+        assert not _patched(model)
+
+
+def test_the_model_is_restored_after_an_exception(model, batch):
+    ref = _forward(model, batch)
+    with pytest.raises(ZeroDivisionError), fast_attention(model):
+        assert _patched(model) and any("forward" in block.mlp.__dict__ for block in model.blocks)
+        _ = 1 / 0
+    assert not _patched(model)
+    assert all("forward" not in block.mlp.__dict__ for block in model.blocks)
+    with fast_attention(model, fused=False):  # no stale record of the failed block: another form starts
+        out = _forward(model, batch)
+    assert torch.equal(_forward(model, batch), ref)
+    assert (ref - out)[batch.valid].abs().max() <= 1e-5
+
+
+def test_two_models_at_once_each_in_its_own_form(model, batch):
+    other = tiny_gqa_model(seed=8)
+    ref_a, ref_b = _forward(model, batch), _forward(other, batch)
+    with fast_attention(model) as a, fast_attention(other, fused=False) as b:
+        assert a and b
+        out_a, out_b = _forward(model, batch), _forward(other, batch)
+        with fast_attention(other, fused=False):  # the same form nests on each model independently
+            assert torch.equal(_forward(other, batch), out_b)
+    assert not _patched(model) and not _patched(other)
+    assert (ref_a - out_a)[batch.valid].abs().max() <= TOL
+    assert (ref_b - out_b)[batch.valid].abs().max() <= 1e-5
+    assert (out_a - out_b)[batch.valid].abs().max() > 1e-2  # two different models, not one patched twice
+
+
+def test_configurations_outside_the_allow_list_run_transformer_lens_forward_with_one_warning(batch):
+    import dataclasses
+
+    from inactive_heads.runtime.fast_attention import unsupported_reason
+
+    capped = tiny_gqa_model(seed=4)
+    capped.cfg.attn_scores_soft_cap = 50.0
+    assert unsupported_reason(capped) == "config attn_scores_soft_cap=50.0 is not supported"
+    warned = "^fast_attention: config attn_scores_soft_cap=50.0 is not supported; running TransformerLens's own attention forward$"
+    with pytest.warns(UserWarning, match=warned), fast_attention(capped) as on:
+        assert not on and not _patched(capped)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per model: no second warning
+        with fast_attention(capped):
+            pass
+    # A config field this toolkit does not know (a newer TransformerLens) is refused, not ignored.
+    newer = tiny_gqa_model(seed=4)
+    fields = dataclasses.fields(newer.cfg)
+    extended = dataclasses.make_dataclass("NewerConfig", [("use_new_feature", bool, dataclasses.field(default=False))],
+                                          bases=(type(newer.cfg),))
+    newer.cfg.__class__ = extended
+    newer.cfg.use_new_feature = False
+    assert len(dataclasses.fields(newer.cfg)) == len(fields) + 1
+    assert unsupported_reason(newer) == ("config field 'use_new_feature' is unknown to this toolkit "
+                                         "(a newer TransformerLens?)")
+    assert not supports_fast_attention(newer)
+
+
+def test_first_use_check_falls_back_when_the_fast_forward_disagrees(batch, monkeypatch):
+    """A feature TransformerLens applies and the fast forward does not (score soft-capping, let
+    through the allow-list here on purpose) is caught on the first batch: warning, then
+    TransformerLens's own forward, to the bit."""
+    import inactive_heads.runtime.fast_attention as fa
+
+    monkeypatch.setitem(fa._ALLOWED, "attn_scores_soft_cap", lambda v: True)
+    capped = tiny_gqa_model(seed=6)
+    capped.cfg.attn_scores_soft_cap = 0.5  # tight enough to change every layer's output
+    ref = _forward(capped, batch)
+    warned = (r"^fast_attention: .*fast form's attn output at layer 0 differs from TransformerLens's own forward by "
+              r".*using TransformerLens's forward")
+    with pytest.warns(UserWarning, match=warned), fast_attention(capped) as on:
+        first = _forward(capped, batch)
+    assert on
+    assert torch.equal(first, ref)
+    with fast_attention(capped):  # decided once: TransformerLens's forward from now on, no new check
+        assert torch.equal(_forward(capped, batch), ref)
+
+
+def test_first_use_check_changes_no_number_it_lets_through(batch):
+    for fused in (True, False):
+        fresh = tiny_gqa_model(seed=9)
+        with fast_attention(fresh, fused=fused):
+            checked = _forward(fresh, batch)  # the first batch: each layer checked against TransformerLens
+            again = _forward(fresh, batch)
+        assert torch.equal(checked, again)
+
+
+def test_read_only_is_what_the_toolkit_installed_not_what_a_wrapper_holds(model):
+    from inactive_heads.runtime.hook_registry import only_read_only
+
+    point = model.hook_dict["blocks.0.attn.hook_pattern"]
+    reader = read_only(lambda p, hook: None)
+    with installed(model, [("blocks.0.attn.hook_pattern", reader)]):
+        assert only_read_only(point)
+        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: None)]):
+            assert not only_read_only(point)  # someone else's hook may edit the pattern
+        assert only_read_only(point)
+    # The same marked function added by TransformerLens's own model.hooks is not in the registry.
+    with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", reader)]):
+        assert not only_read_only(point)
+    assert not point._forward_hooks
