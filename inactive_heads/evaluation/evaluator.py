@@ -125,14 +125,19 @@ def plan_evaluation(
 
 
 def index_forward_inputs(
-    task: str, requests: Sequence[Request], n_ctx: int
+    task: str, requests: Sequence[Request], n_ctx: int, *, context_name: str = "the model context",
+    fix: str = "load the model with a larger n_ctx",
 ) -> tuple[list[list[int]], list[list[tuple[int, int, int, tuple[int, ...]]]], int]:
     """The unique forward inputs of ``requests``, what each scores, and how many requests were cut.
 
-    As lm-eval does, choices whose model input (context + continuation minus its last token) is the
-    same share one forward pass; an input longer than ``n_ctx`` keeps its last ``n_ctx`` tokens
-    (the last ``n_ctx + 1`` of context + continuation, minus the last one). Returns ``(inputs,
-    targets, n_truncated)`` with ``targets[i]`` = ``(request, choice, first position, continuation)``.
+    The one planning step of every log-likelihood evaluation: :func:`plan_evaluation`,
+    :func:`~inactive_heads.evaluation.lm_eval_tasks.plan_lm_eval_task` and the ``inactive-heads``
+    lm-eval model type. As lm-eval does, choices whose model input (context + continuation minus
+    its last token, before truncation) is the same share one forward pass; an input longer than
+    ``n_ctx`` keeps its last ``n_ctx`` tokens (the last ``n_ctx + 1`` of context + continuation,
+    minus the last one). Returns ``(inputs, targets, n_truncated)`` with ``targets[i]`` =
+    ``(request, choice, first position, continuation)``. ``context_name`` and ``fix`` word the
+    error for an answer longer than ``n_ctx``.
     """
     index: dict[tuple[int, ...], int] = {}
     inputs: list[list[int]] = []
@@ -145,8 +150,8 @@ def index_forward_inputs(
             cont = tuple(choice.continuation_ids)
             if len(cont) > n_ctx:
                 raise UserError(
-                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than the "
-                    f"model context {n_ctx}; load the model with a larger n_ctx"
+                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than "
+                    f"{context_name} {n_ctx}; {fix}"
                 )
             whole = tuple(choice.context_ids) + cont
             key = whole[:-1]
@@ -271,14 +276,18 @@ def _unembed_at(model, resid, rows, positions):
 
 
 @dataclass
-class _Pass:
-    """What one evaluation pass installs: hook runners fed every batch, the ablation, the recorder."""
+class PlanPass:
+    """One scoring pass over a plan: what it installs (hook runners fed every batch, the ablation,
+    the recorder) and what it gives (``lls[request][choice]``; ``greedy[request][choice]``, whether
+    every continuation token is the argmax, when asked; what prefix reuse did)."""
 
     hooks: list
     runners: list
     ablation: HeadAblation | None
     recorder: ScoreRecorder | None
     lls: list[list[float]]
+    greedy: list[list[bool]] | None = None
+    prefix_reuse: dict[str, Any] | None = None
 
     @property
     def callbacks(self) -> list:
@@ -291,7 +300,7 @@ class _Pass:
         return {name for runner in self.runners for name in runner.reads}
 
 
-def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record) -> _Pass:
+def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record, greedy: bool = False) -> PlanPass:
     """Reset the ablation's counts and build the hooks (ablation, and score recording if asked)."""
     info = model_info(model)
     runners = []
@@ -307,7 +316,8 @@ def _prepare_pass(model, plan: EvalPlan, abl: HeadAblation | None, record) -> _P
         runners.append(HeadHookRunner(model, recorder.on_layer, reads=recorder.reads))
     hooks = [hook for runner in runners for hook in runner.fwd_hooks()]
     lls = [[0.0] * len(req.choices) for req in plan.requests]
-    return _Pass(hooks, runners, abl, recorder, lls)
+    hits = [[True] * len(req.choices) for req in plan.requests] if greedy else None
+    return PlanPass(hooks, runners, abl, recorder, lls, hits)
 
 
 def _batch_targets(plan: EvalPlan, indices: list[int], offset: int = 0):
@@ -323,7 +333,7 @@ def _batch_targets(plan: EvalPlan, indices: list[int], offset: int = 0):
     return rows, positions, owners
 
 
-def _score_batch(model, plan: EvalPlan, run: _Pass, batch, indices: torch.Tensor) -> None:
+def _score_batch(model, plan: EvalPlan, run: PlanPass, batch, indices: torch.Tensor) -> None:
     """Forward one right-padded batch and add its continuation log-probabilities to ``run.lls``."""
     for runner in run.runners:
         runner.set_batch(batch.valid, plan.global_ids(indices))
@@ -336,16 +346,20 @@ def _score_batch(model, plan: EvalPlan, run: _Pass, batch, indices: torch.Tensor
     _add_loglikelihoods(plan, run, logits, owners)
 
 
-def _add_loglikelihoods(plan: EvalPlan, run: _Pass, logits, owners) -> None:
+def _add_loglikelihoods(plan: EvalPlan, run: PlanPass, logits, owners) -> None:
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    picked = logprobs[torch.arange(len(owners)), torch.tensor([o[2] for o in owners], device=logits.device)]
+    tokens = torch.tensor([o[2] for o in owners], device=logits.device)
+    picked = logprobs[torch.arange(len(owners)), tokens]
     if not torch.isfinite(picked).all():
         raise FloatingPointError(f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32")
     for (r, c, _), lp in zip(owners, picked.tolist()):
         run.lls[r][c] += lp
+    if run.greedy is not None:  # lm-eval's is_greedy: every continuation token is the argmax
+        for (r, c, _), hit in zip(owners, (logprobs.argmax(dim=-1) == tokens).tolist()):
+            run.greedy[r][c] = run.greedy[r][c] and hit
 
 
-def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_size: int, bar) -> None:
+def _run_inputs(model, plan: EvalPlan, run: PlanPass, members: list[int], batch_size: int, bar) -> None:
     """Score plan inputs ``members`` in length-sorted batches."""
     with installed(model, run.hooks):
         for batch in make_batches([plan.inputs[i] for i in members], batch_size, device=model_device(model)):
@@ -354,7 +368,7 @@ def _run_inputs(model, plan: EvalPlan, run: _Pass, members: list[int], batch_siz
             bar.update(len(indices))
 
 
-def _run_shared(model, plan: EvalPlan, run: _Pass, shared: SharedPrefix, members: list[int],
+def _run_shared(model, plan: EvalPlan, run: PlanPass, shared: SharedPrefix, members: list[int],
                 batch_size: int, bar) -> None:
     """Score plan inputs ``members``, which all start with ``shared``'s prefix, after it."""
     offset = shared.length
@@ -369,7 +383,7 @@ def _run_shared(model, plan: EvalPlan, run: _Pass, shared: SharedPrefix, members
         bar.update(len(indices))
 
 
-def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_prefix: bool,
+def _run_all(model, plan: EvalPlan, run: PlanPass, batch_size: int, bar, reuse_prefix: bool,
              attention: str) -> dict[str, Any]:
     """Score every plan input; with ``reuse_prefix``, inputs sharing a long prefix (an MMLU
     subject's few-shot examples) run against one cached prefix (:class:`SharedPrefix`). Returns
@@ -397,6 +411,33 @@ def _run_all(model, plan: EvalPlan, run: _Pass, batch_size: int, bar, reuse_pref
             shared = SharedPrefix(model, group.tokens, run.callbacks, reads=run.reads, seed=seed, stats=stats)
             _run_shared(model, plan, run, shared, group.members, batch_size, bar)
     return {"used": True, "attention": attention, "n_inputs": len(every), **stats.as_dict()}
+
+
+def score_plan(
+    model,
+    plan: EvalPlan,
+    ablation: HeadAblation | None = None,
+    *,
+    batch_size: int = 8,
+    bar=None,
+    reuse_prefix: bool = False,
+    attention: str = "auto",
+    record: Sequence[str] | None = None,
+    greedy: bool = False,
+) -> PlanPass:
+    """The batch scorer of every log-likelihood evaluation: each plan input forwarded once.
+
+    Length-sorted right-padded batches; only the scored (row, position) pairs are unembedded (no
+    ``[batch, pos, vocab]`` logits); the attention form and prefix reuse as :func:`evaluate`
+    describes them; ``ablation`` (reset first) zeroes heads in the pass, ``record`` records score
+    keys. ``greedy=True`` also says, per choice, whether every continuation token is the argmax
+    (lm-eval's ``is_greedy``). ``bar`` is a progress bar updated per input.
+    """
+    if bar is None:
+        bar = tqdm(total=len(plan.inputs), disable=True)
+    run = _prepare_pass(model, plan, ablation, record, greedy)
+    run.prefix_reuse = _run_all(model, plan, run, batch_size, bar, reuse_prefix, attention)
+    return run
 
 
 def evaluate(
@@ -450,8 +491,9 @@ def evaluate(
     bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)
     start = time.perf_counter()
-    run = _prepare_pass(model, plan, abl, record)
-    reuse_info = _run_all(model, plan, run, batch_size, bar, reuse_prefix, attention)
+    run = score_plan(model, plan, abl, batch_size=batch_size, bar=bar, reuse_prefix=reuse_prefix,
+                     attention=attention, record=record)
+    reuse_info = run.prefix_reuse
     bar.close()
     seconds = time.perf_counter() - start
     result = summarize(plan, run.lls, stats=abl.stats if abl is not None else None)

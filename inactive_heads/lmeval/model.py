@@ -15,10 +15,14 @@ toolkit's hooks, so any ablation of the toolkit applies:
 - ``"static:3.1/5.2"``: heads (layer 3, head 1) and (5, 2) on every sequence;
 - an :class:`~inactive_heads.AblationSpec` or a :class:`~inactive_heads.HeadAblation` from Python.
 
-Log-likelihood requests whose model input (context + continuation minus its last token) is the
-same share one forward pass, as in ``HFLM`` (``group_by="contexts"``): those inputs are the
-sequences on which dynamic ablation decides and over which the realized fraction is counted.
-Batches are length-sorted and right-padded with an attention mask. Generation
+Log-likelihood requests run through the forward path of :func:`inactive_heads.evaluate`: the
+same planning step (requests whose model input — context + continuation minus its last token —
+is the same share one forward pass, as in ``HFLM``'s ``group_by="contexts"``; inputs longer than
+``max_length`` left-truncated as ``HFLM`` does) and the same batch scorer (length-sorted
+right-padded batches with an attention mask; only the scored positions are unembedded; the
+attention forms of :mod:`inactive_heads.runtime.fast_attention`, model arg ``attention``; prefix
+reuse when ``reuse_prefix=True``). Those inputs are the sequences on which dynamic ablation
+decides and over which the realized fraction is counted. Generation
 (``generate_until``) is greedy; the heads to zero are decided on the prompt and held, for that
 prompt, through every decoding step. The realized fraction is in :attr:`InactiveHeadsLM.stats`
 and in lm-eval's results under ``results["config"]["inactive_heads"]``.
@@ -61,7 +65,9 @@ from ..runtime.hooks import hook_name, installed, make_batches, model_device, ru
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
 from ..scoring.recording import record_scores
 from ..scoring.scores import get_score
+from ..evaluation.evaluator import ATTENTION_MODES, EvalPlan, index_forward_inputs, score_plan
 from ..evaluation.request_tokens import RequestTokenizer, plain_tokenizer
+from ..evaluation.tasks import Choice, Request
 from ..evaluation.lm_eval_tasks import LM_EVAL_PREFIX, offline_task_configs, offline_tasks_dir, plan_lm_eval_task  # noqa: F401
 
 MODEL_NAME = "inactive-heads"
@@ -161,14 +167,27 @@ def _held_mask_hooks(n_layers: int, masks: torch.Tensor) -> list:
     """``hook_z`` hooks zeroing, for a batch of one, the heads flagged in ``masks[layer]``."""
 
     def make(layer: int):
-        keep = (~masks[layer]).to(torch.float32)
+        held = masks[layer]
 
         def hook(z, hook):
-            return z * keep.to(device=z.device, dtype=z.dtype)[None, None, :, None]
+            # masked_fill, not a multiply by 0/1: a NaN or inf in a held head must not survive.
+            return z.masked_fill(held.to(z.device)[None, None, :, None], 0.0)
 
         return hook
 
     return [(hook_name(layer, "z"), make(layer)) for layer in range(n_layers)]
+
+
+def _as_flag(name: str, value: bool | str) -> bool:
+    """A yes/no model arg, given as a bool or as lm-eval's ``--model_args`` text."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise UserError(f"{name} must be true or false, got {value!r}")
 
 
 def _cuda_device_exists(device: str) -> bool:
@@ -183,6 +202,10 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
     ``pretrained`` is a model from :func:`inactive_heads.load_model` or a spec for it (built-in
     alias, local Hugging Face directory or hub name). ``ablation`` is described in the module
     docstring. ``batch_size`` counts forward sequences; results do not depend on it.
+    ``attention`` and ``reuse_prefix`` are :func:`inactive_heads.evaluate`'s, for the
+    log-likelihood requests: ``"auto"`` (default) runs PyTorch's fused attention when nothing is
+    zeroed and the exact form otherwise; ``reuse_prefix=True`` computes a prefix shared by many
+    inputs (few-shot examples) once.
     """
 
     def __init__(
@@ -200,8 +223,14 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         max_gen_toks: int = 256,
         seed: int = 0,
         progress: bool = True,
+        attention: str = "auto",
+        reuse_prefix: bool | str = False,
     ):
         TemplateLM.__init__(self)
+        if attention not in ATTENTION_MODES:
+            raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
+        self.attention = attention
+        self.reuse_prefix = _as_flag("reuse_prefix", reuse_prefix)
         if isinstance(pretrained, str):
             device = None if device in (None, "", "auto") else str(device)
             if device is not None and device.startswith("cuda") and not _cuda_device_exists(device):
@@ -306,6 +335,8 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
                     else self.ablation.to_dict()
                 ),
                 "realized_fraction": self.realized_fraction,
+                "attention": self.attention,
+                "reuse_prefix": self.reuse_prefix,
                 "per_request_type": self.stats,
             },
         }
@@ -326,45 +357,37 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
                 bar.update(len(batch.indices))
         bar.close()
 
+    def _plan(self, kind: str, requests: list[tuple[Any, list[int], list[int]]]) -> EvalPlan:
+        """lm-eval's tokenized requests as an evaluation plan: ``evaluate``'s planning step, one
+        choice per request, inputs left-truncated to ``max_length``."""
+        questions = [
+            Request(kind, r, None, (Choice(tuple(context), tuple(continuation), ""),), 0, "")
+            for r, (_, context, continuation) in enumerate(requests)
+        ]
+        inputs, targets, n_truncated = index_forward_inputs(
+            kind, questions, self.max_length, context_name="max_length", fix="pass a larger max_length"
+        )
+        return EvalPlan(kind, questions, inputs, targets, {"max_length": self.max_length}, n_truncated=n_truncated)
+
     def _loglikelihood_tokens(
         self,
         requests: list[tuple[tuple[str, str] | None, list[int], list[int]]],
         disable_tqdm: bool = False,
         kind: str = "loglikelihood",
     ) -> list[tuple[float, bool]]:
-        index: dict[tuple[int, ...], int] = {}
-        sequences: list[list[int]] = []
-        owners: list[list[tuple[int, int, list[int]]]] = []  # per sequence: (request, first position, tokens)
-        for r, (_, context, continuation) in enumerate(requests):
-            if not context or not continuation:
-                raise UserError(f"request {r} has an empty context or continuation after tokenization")
-            if len(continuation) > self.max_length:
-                raise UserError(
-                    f"request {r} has a continuation of {len(continuation)} tokens, more than max_length "
-                    f"{self.max_length}"
-                )
-            whole = (context + continuation)[-(self.max_length + 1):]  # left-truncated as HFLM does
-            key = tuple(whole[:-1])
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(sequences)
-                sequences.append(list(key))
-                owners.append([])
-            owners[i].append((r, len(key) - len(continuation), continuation))
-        ablation = self._build_ablation(kind, sequences)
-        results: list[tuple[float, bool] | None] = [None] * len(requests)
-        with torch.inference_mode():
-            for indices, logits in self._forward_logits(sequences, ablation, f"{MODEL_NAME} {kind}"):
-                for row, i in enumerate(indices):
-                    for r, first, continuation in owners[i]:
-                        picked = torch.log_softmax(logits[row, first : first + len(continuation)].float(), dim=-1)
-                        target = torch.tensor(continuation, device=picked.device)
-                        logprob = float(picked.gather(-1, target[:, None]).sum())
-                        greedy = bool((picked.argmax(dim=-1) == target).all())
-                        results[r] = (logprob, greedy)
-                        if requests[r][0] is not None:
-                            self.cache_hook.add_partial("loglikelihood", requests[r][0], results[r])
-        self._record_stats(kind, ablation, len(sequences))
+        plan = self._plan(kind, requests)
+        ablation = self._build_ablation(kind, plan.inputs)
+        bar = tqdm(total=len(plan.inputs), desc=f"{MODEL_NAME} {kind}", unit="seq",
+                   disable=disable_tqdm or not self.progress, leave=False)
+        run = score_plan(self.model, plan, ablation, batch_size=self._batch_size, bar=bar,
+                         reuse_prefix=self.reuse_prefix, attention=self.attention, greedy=True)
+        bar.close()
+        results = [(lls[0], hits[0]) for lls, hits in zip(run.lls, run.greedy)]
+        for (pair, _, _), result in zip(requests, results):
+            if pair is not None:
+                self.cache_hook.add_partial("loglikelihood", pair, result)
+        self.stats[kind]["prefix_reuse"] = run.prefix_reuse
+        self._record_stats(kind, ablation, len(plan.inputs))
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:

@@ -83,6 +83,22 @@ def test_no_ablation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks, monke
     assert info["per_request_type"]["loglikelihood"]["n_sequences"] == sum(rows)
 
 
+@pytest.mark.slow
+def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2_hooked, hflm, tasks):
+    """Few-shot MMLU (a long shared prefix): the model type with prefix reuse, and with
+    TransformerLens's exact arithmetic, answers as lm-eval's HFLM does."""
+    names = ["mmlu_anatomy"]
+    theirs = run(hflm, tasks, names, num_fewshot=3, limit=5)
+    for options in ({"reuse_prefix": True}, {"attention": "exact"}):
+        lm = lm_eval_model(smollm2_hooked, batch_size=3, progress=False, **options)
+        ours = run(lm, tasks, names, num_fewshot=3, limit=5)
+        assert_same_answers(per_question(ours, names[0]), per_question(theirs, names[0]))
+        reuse = lm.stats["loglikelihood"]["prefix_reuse"]
+        assert reuse["used"] is bool(options.get("reuse_prefix"))
+        if reuse["used"]:
+            assert reuse["inputs_reused"] > 0
+
+
 def test_perplexity_windows_equal_lm_evals_hf_model(smollm2_hooked, smollm2_bridge):
     text = "The quick brown fox jumps over the lazy dog. " * 6
     request = [Instance("loglikelihood_rolling", {}, (text,), 0)]
