@@ -178,7 +178,7 @@ def _build(spec: dict[str, Any]):
 
 
 def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
-                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
+                  gpus_per_worker: float | int | None = None, threads_per_worker: int | None = None,
                   shards: int | None = None, progress: bool = True) -> SweepResults:
     """The Ray executor behind ``run_sweep(..., executor="ray")``."""
     import ray
