@@ -178,7 +178,7 @@ def _build(spec: dict[str, Any]):
 
 
 def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
-                  gpus_per_worker: float | int | None = None, threads_per_worker: int | None = None,
+                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
                   shards: int | None = None, progress: bool = True) -> SweepResults:
     """The Ray executor behind ``run_sweep(..., executor="ray")``."""
     import ray
@@ -192,7 +192,7 @@ def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None,
         started = _connect(ray, address, workers, threads)
         pool, group = [], None
         try:
-            pool, group = _start_workers(ray, config, workers, threads, gpus_per_worker or 0)
+            pool, group = _start_workers(ray, config, workers, threads, float(gpus_per_worker or 0))
             prepare_folder(_resolved(ray, config, pool), out)
             layout = _layout(ray, out, pool, shards or 2 * len(pool))
             head_scores = _baseline(ray, config, out, pool, layout, progress)
@@ -234,11 +234,11 @@ def _connect(ray, address: str | None, workers: int | None, threads: int) -> boo
     return True
 
 
-def pool_size(resources: dict[str, float], workers: int | None, threads: int, gpus: float | int) -> int:
+def pool_size(resources: dict[str, float], workers: int | None, threads: int, gpus: float) -> int:
     """How many workers to start: ``workers``, or as many as ``resources`` (Ray's cluster
     resources) hold: CPUs // threads, and with GPUs per worker, at most GPUs // gpus.
 
-    >>> pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 0), pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 1)
+    >>> pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 0.0), pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 1.0)
     (8, 4)
     """
     if workers is not None:
@@ -256,11 +256,11 @@ def _describe(resources: dict[str, float]) -> str:
     return f"{resources.get('CPU', 0):g} CPU(s) and {resources.get('GPU', 0):g} GPU(s)"
 
 
-def _demand(threads: int, gpus: float | int) -> str:
+def _demand(threads: int, gpus: float) -> str:
     return f"{threads} CPU thread(s)" + (f" and {gpus:g} GPU(s)" if gpus else "")
 
 
-def _start_workers(ray, config: SweepConfig, workers: int | None, threads: int, gpus: float | int) -> tuple[list, Any]:
+def _start_workers(ray, config: SweepConfig, workers: int | None, threads: int, gpus: float) -> tuple[list, Any]:
     """Reserve the workers' resources together (a placement group), within
     :data:`PLACEMENT_TIMEOUT_S`, then start one actor in each reservation."""
     from ray.util.placement_group import placement_group, remove_placement_group

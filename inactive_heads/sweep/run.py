@@ -23,7 +23,7 @@ def run_sweep(
     executor: str = "local",
     address: str | None = None,
     workers: int | None = None,
-    gpus_per_worker: float | int | None = None,
+    gpus_per_worker: float | None = None,
     threads_per_worker: int | None = None,
     shards: int | None = None,
 ) -> SweepResults:

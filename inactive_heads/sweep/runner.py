@@ -373,8 +373,8 @@ def load_model_for(config: SweepConfig, progress: bool = True):
 def check_model_matches(config: SweepConfig, model) -> None:
     """A model passed to :func:`run_sweep` must be the one the config describes (dtype, backend, n_ctx, device)."""
     from ..models.devices import resolve_device
-    from ..runtime.hooks import model_device
     from ..models.loading import model_info
+    from ..runtime.hooks import model_device
 
     info = model_info(model)
     wanted = {

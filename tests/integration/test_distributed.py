@@ -119,7 +119,7 @@ def test_workers_that_cannot_be_placed_fail_in_one_line_within_the_wait(ray_sess
     assert "could not place 3 worker(s) of 1 CPU thread(s) each within 2 s" in message and "\n" not in message
     assert "the cluster has 2 CPU(s) and 0 GPU(s)" in message
     with pytest.raises(UserError, match=r"not enough for one worker of 1 CPU thread\(s\) and 1 GPU\(s\)"):
-        run_sweep(tiny_config(), tmp_path / "b", executor="ray", gpus_per_worker=1, progress=False)
+        run_sweep(tiny_config(), tmp_path / "b", executor="ray", gpus_per_worker=1.0, progress=False)
     with pytest.raises(UserError, match=r"could not place 2 worker\(s\) of 1 CPU thread\(s\) and 1 GPU\(s\) each"):
-        run_sweep(tiny_config(), tmp_path / "c", executor="ray", workers=2, gpus_per_worker=1, progress=False)
+        run_sweep(tiny_config(), tmp_path / "c", executor="ray", workers=2, gpus_per_worker=1.0, progress=False)
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())  # nothing held

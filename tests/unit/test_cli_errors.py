@@ -3,7 +3,7 @@ else is a bug, one line that says so and how to see the traceback, and exit 1.""
 
 import pytest
 
-import inactive_heads.cli as cli
+from inactive_heads import cli
 from inactive_heads.core.errors import InactiveHeadsError, UnknownNameError, UserError
 from inactive_heads.scoring.scores import get_score
 

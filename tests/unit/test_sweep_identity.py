@@ -9,11 +9,16 @@ import pytest
 from inactive_heads.core.errors import UserError
 from inactive_heads.scoring import scores as score_registry
 from inactive_heads.sweep.ray_executor import pool_size
-from inactive_heads.sweep.runner import SweepConfig, check_folder, prepare_folder, stored_config
+from inactive_heads.sweep.runner import (
+    SweepConfig,
+    check_folder,
+    prepare_folder,
+    stored_config,
+)
 
 
 def config(**overrides):
-    base = dict(model="smollm2-135m", task="piqa", limit=4, scores=["ahon_ln"], quantiles=[0.0, 0.3])
+    base = {"model": "smollm2-135m", "task": "piqa", "limit": 4, "scores": ["ahon_ln"], "quantiles": [0.0, 0.3]}
     base.update(overrides)
     return SweepConfig(**base)
 
@@ -128,12 +133,12 @@ def test_the_cli_passes_import_to_the_config(user_module):
 @pytest.mark.parametrize(
     "resources, workers, threads, gpus, expected",
     [
-        ({"CPU": 16.0}, None, 1, 0, 16),
-        ({"CPU": 16.0}, None, 3, 0, 5),
-        ({"CPU": 16.0, "GPU": 4.0}, None, 1, 1, 4),  # one per GPU
+        ({"CPU": 16.0}, None, 1, 0.0, 16),
+        ({"CPU": 16.0}, None, 3, 0.0, 5),
+        ({"CPU": 16.0, "GPU": 4.0}, None, 1, 1.0, 4),  # one per GPU
         ({"CPU": 16.0, "GPU": 4.0}, None, 1, 0.5, 8),
-        ({"CPU": 2.0, "GPU": 4.0}, None, 1, 1, 2),  # each GPU worker also holds its CPU threads
-        ({"CPU": 2.0}, 5, 1, 0, 5),  # asked for: placement decides (and fails in bounded time)
+        ({"CPU": 2.0, "GPU": 4.0}, None, 1, 1.0, 2),  # each GPU worker also holds its CPU threads
+        ({"CPU": 2.0}, 5, 1, 0.0, 5),  # asked for: placement decides (and fails in bounded time)
     ],
 )
 def test_the_default_ray_pool_fills_the_cluster(resources, workers, threads, gpus, expected):
@@ -143,4 +148,4 @@ def test_the_default_ray_pool_fills_the_cluster(resources, workers, threads, gpu
 def test_a_pool_that_cannot_hold_one_worker_is_one_line():
     with pytest.raises(UserError, match=r"has 8 CPU\(s\) and 0 GPU\(s\): not enough for one worker of "
                                         r"1 CPU thread\(s\) and 1 GPU\(s\)"):
-        pool_size({"CPU": 8.0}, None, 1, 1)
+        pool_size({"CPU": 8.0}, None, 1, 1.0)
