@@ -3,6 +3,7 @@ allow, and a score registered in user code (tests/integration/ray_user_scores.py
 through ``SweepConfig.imports``. Its own module, so that no other test's Ray session is running."""
 
 import json
+import math
 import os
 import sys
 
@@ -38,9 +39,11 @@ def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_
                          batch_size=1, imports=[user_scores])
     remote = run_sweep(config, tmp_path / "ray", executor="ray", progress=False)
     assert not ray.is_initialized()  # the sweep started Ray, so it stopped it
-    # 6 inputs in batches of 1; the default pool is os.cpu_count() one-thread workers, two shards each
+    # 6 inputs in batches of 1; the default pool is os.cpu_count() one-thread workers, and the layout
+    # asks for two shards per worker: blocks of ceil(6 / (2 * workers)) batches (1 worker: 2 shards)
+    workers = os.cpu_count() or 1
     layout = json.loads((tmp_path / "ray" / "shards" / "layout.json").read_text())
-    assert len(layout) == min(6, 2 * (os.cpu_count() or 1))
+    assert len(layout) == math.ceil(6 / math.ceil(6 / (2 * workers)))
     assert json.loads((tmp_path / "ray" / "sweep.json").read_text())["imports"] == [user_scores]
 
     threads = torch.get_num_threads()
