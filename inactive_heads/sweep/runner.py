@@ -13,8 +13,9 @@ A sweep writes one results folder::
 
 Re-running the same command skips finished runs, so an interrupted sweep loses nothing. A resume
 must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the batch
-size and the device index may change, since no number depends on them. The unablated model runs once: that baseline pass also records the scores used for calibration. A
-p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
+size and the device index may change (answers do not depend on them, log-likelihoods only within
+float rounding). The unablated model runs once: that baseline pass also records the scores used
+for calibration. A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
 construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
 
 :func:`~inactive_heads.sweep.run.run_sweep` picks the executor: this module's local one, or Ray
@@ -45,8 +46,8 @@ EXECUTORS = ("local", "ray")
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
 VOLATILE_FIELDS = ("seconds", "finished_at")
-# Options a resume may change: the evaluator's numbers do not depend on them (each record keeps
-# the batch size it ran with). The device enters the identity by its type only (cpu, cuda, mps).
+# Options a resume may change: the evaluator's answers do not depend on them, its log-likelihoods
+# only within float rounding (each record keeps the batch size it ran with). The device enters the identity by its type only (cpu, cuda, mps).
 RESUMABLE_OPTIONS = ("batch_size",)
 
 
