@@ -15,8 +15,8 @@ Re-running the same command skips finished runs, so an interrupted sweep loses n
 must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the batch
 size and the device index may change (answers do not depend on them, log-likelihoods only within
 float rounding). The unablated model runs once: that baseline pass also records the scores used
-for calibration. A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
-construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
+for calibration. A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0)
+zeroes nothing by construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
 
 :func:`~inactive_heads.sweep.run.run_sweep` picks the executor: this module's local one, or Ray
 actors (:mod:`inactive_heads.sweep.ray_executor`), whose records are identical to the local executor's.
