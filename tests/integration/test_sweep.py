@@ -255,6 +255,7 @@ def test_a_resume_may_change_the_batch_size(complete, smollm2_hooked, tmp_path):
             assert a == pytest.approx(b, rel=1e-6, abs=1e-5), rid
 
 
+@pytest.mark.slow  # three CLI runs, each loading SmolLM2
 def test_cli_sweep_json_holds_the_resolved_dtype_and_a_resume_keeps_it(tmp_path, capsys):
     """``--dtype auto`` (the default) is written as the dtype the model computes in; a resume in
     another dtype is refused in one line; one with another ``--batch-size`` goes on."""
