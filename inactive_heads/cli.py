@@ -310,6 +310,10 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (default): every pass in TransformerLens's exact arithmetic, so p = 0 "
                         "equals the baseline to the bit; fast: PyTorch's fused kernel where no score reads "
                         "the pattern (numbers within float rounding)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first, here and in every Ray worker (e.g. the module whose "
+                        "@ih.register_score functions --scores names); repeatable; found on PYTHONPATH or in "
+                        "the current folder")
     parser.add_argument("--out", required=True, help="results folder (re-running resumes it)")
 
 
@@ -317,13 +321,15 @@ def _sweep_config(args: argparse.Namespace):
     from .scoring.scores import PAPER_SCORES
     from .sweep.runner import SweepConfig
 
+    if args.imports and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as ``python -m`` would: modules beside the user's work
     return SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
         num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template,
         scores=list(args.scores or PAPER_SCORES), quantiles=list(args.quantiles),
         include_random=args.include_random, batch_size=args.batch_size, dtype=args.dtype,
         backend=args.backend, device=args.device, n_ctx=args.n_ctx, seed=args.seed, thresholds=args.thresholds,
-        reuse_prefix=args.reuse_prefix, attention=args.attention,
+        reuse_prefix=args.reuse_prefix, attention=args.attention, imports=list(args.imports),
     )
 
 
@@ -342,7 +348,8 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, metavar="auto|ray://HOST:PORT",
                         help="join an existing Ray cluster (default: start Ray on this machine)")
     parser.add_argument("--workers", type=int, default=None, help="Ray actors, each loading the model once "
-                        "(default: as many as the cluster's GPUs / CPUs allow)")
+                        "(default: the cluster's CPUs // --threads-per-worker; with --gpus-per-worker, at most "
+                        "its GPUs // --gpus-per-worker)")
     parser.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per Ray actor (e.g. 1, or 0.5)")
     parser.add_argument("--threads-per-worker", type=int, default=None, help="CPU threads per Ray actor (default 1)")
 

@@ -4,6 +4,14 @@
 joins a running cluster (``address="auto"`` or ``"ray://host:port"``). Each worker is a Ray actor
 that loads the model and tokenizes the task once, then evaluates shards on request.
 
+Placement: by default as many workers as the cluster's CPUs // ``threads_per_worker`` (with
+``gpus_per_worker``: as many as its GPUs allow, each worker also holding its CPU threads). The
+workers are reserved together in one placement group; if Ray cannot place them within
+:data:`PLACEMENT_TIMEOUT_S` seconds, the sweep stops with a one-line error that names what was
+asked and what the cluster has, instead of waiting forever. Every worker imports
+``config.imports`` before anything else (scores registered in user code); an embedded Ray
+passes the driver's ``sys.path`` to its workers, so what the driver can import they can too.
+
 Shards are contiguous blocks of whole batches in the evaluator's own batch order (inputs sorted
 longest first, as :func:`inactive_heads.runtime.hooks.make_batches` does), so every forward pass sees the
 very batch the local executor would give it: log-likelihoods, scores and dynamic decisions are
@@ -23,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +46,8 @@ from .runner import (
     SweepConfig,
     SweepResults,
     ablation_for,
+    check_folder,
+    device_type,
     find_scores_file,
     load_model_for,
     make_record,
@@ -50,6 +61,10 @@ from .runner import (
 )
 
 MAX_RESTARTS = 3
+PLACEMENT_TIMEOUT_S = 120.0  # how long Ray may take to find room for the workers
+# Fault injection for the tests, never set otherwise: (run id, shard, marker file) makes the worker
+# that runs that shard exit mid-task once (the marker records that it did), as a lost machine would.
+_crash_once: tuple | None = None
 
 
 def shard_layout(plan, batch_size: int, n_shards: int) -> list[list[int]]:
@@ -65,14 +80,24 @@ def shard_layout(plan, batch_size: int, n_shards: int) -> list[list[int]]:
 class Worker:
     """One model, loaded once; evaluates shards of the sweep's plan (wrapped by ``ray.remote``)."""
 
-    def __init__(self, config: dict[str, Any], threads: int, crash_once: tuple | None = None):
+    def __init__(self, config: dict[str, Any], threads: int, *, _crash_once: tuple | None = None):
         import torch
 
         torch.set_num_threads(threads)
-        self.config = SweepConfig.from_dict(config)
+        self.config = SweepConfig.from_dict(config)  # imports config.imports first
         self.model = load_model_for(self.config, progress=False)
         self.plan = plan_for(self.config, self.model)
-        self.crash_once = crash_once  # (run id, shard, marker file): a test hook for fault handling
+        self.crash_once = _crash_once
+
+    def environment(self) -> dict[str, Any]:
+        """What this worker computes in: the model's dtype and device, and its torch threads."""
+        import torch
+
+        from ..models.loading import model_info
+        from ..runtime.hooks import model_device
+
+        return {"dtype": model_info(self.model).dtype, "device": str(model_device(self.model)),
+                "threads": torch.get_num_threads()}
 
     def layout(self, n_shards: int) -> list[list[int]]:
         return shard_layout(self.plan, self.config.batch_size, n_shards)
@@ -154,7 +179,7 @@ def _build(spec: dict[str, Any]):
 
 def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
                   gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
-                  shards: int | None = None, progress: bool = True, _crash_once: tuple | None = None) -> SweepResults:
+                  shards: int | None = None, progress: bool = True) -> SweepResults:
     """The Ray executor behind ``run_sweep(..., executor="ray")``."""
     import ray
 
@@ -163,11 +188,12 @@ def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None,
         raise UserError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
                          f"workers={workers}, threads_per_worker={threads_per_worker}, gpus_per_worker={gpus_per_worker}")
     with FolderLock(out):
-        prepare_folder(config, out)
+        check_folder(config, out)  # before any worker loads; dtype and device once they have
         started = _connect(ray, address, workers, threads)
-        pool = []
+        pool, group = [], None
         try:
-            pool = _start_workers(ray, config, workers, threads, gpus_per_worker, _crash_once)
+            pool, group = _start_workers(ray, config, workers, threads, float(gpus_per_worker or 0))
+            prepare_folder(_resolved(ray, config, pool), out)
             layout = _layout(ray, out, pool, shards or 2 * len(pool))
             head_scores = _baseline(ray, config, out, pool, layout, progress)
             thresholds = write_thresholds(config, out, head_scores)
@@ -176,6 +202,10 @@ def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None,
         finally:
             for actor in pool:
                 ray.kill(actor)
+            if group is not None:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(group)
             if started:
                 ray.shutdown()
         results = SweepResults.load(out)
@@ -184,24 +214,86 @@ def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None,
 
 
 def _connect(ray, address: str | None, workers: int | None, threads: int) -> bool:
-    """Join ``address`` or start Ray here; True when this call started it (and must stop it)."""
+    """Join ``address`` or start Ray here; True when this call started it (and must stop it).
+
+    Embedded, Ray gets this machine's CPUs (or ``workers * threads`` when more are asked for) and
+    its GPUs, and its workers get the driver's ``sys.path``, so that ``config.imports`` and the
+    modules they import resolve there as they do here.
+    """
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(num_cpus=(workers or 1) * threads, include_dashboard=False, log_to_driver=False)
+        cpus = os.cpu_count() or 1
+        if workers is not None:
+            cpus = max(cpus, workers * threads)
+        path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
     else:
         ray.init(address=address, log_to_driver=False)
     return True
 
 
-def _start_workers(ray, config, workers, threads, gpus, crash_once) -> list:
-    if workers is None:
-        resources = ray.cluster_resources()
-        workers = int(resources.get("GPU", 0) // gpus) if gpus else int(resources.get("CPU", 1) // threads)
-        workers = max(1, workers)
-    remote = ray.remote(Worker).options(num_cpus=threads, num_gpus=gpus or 0, max_restarts=MAX_RESTARTS,
-                                        max_task_retries=MAX_RESTARTS)
-    return [remote.remote(config.to_dict(), threads, crash_once) for _ in range(workers)]
+def pool_size(resources: dict[str, float], workers: int | None, threads: int, gpus: float) -> int:
+    """How many workers to start: ``workers``, or as many as ``resources`` (Ray's cluster
+    resources) hold: CPUs // threads, and with GPUs per worker, at most GPUs // gpus.
+
+    >>> pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 0.0), pool_size({"CPU": 16.0, "GPU": 4.0}, None, 2, 1.0)
+    (8, 4)
+    """
+    if workers is not None:
+        return workers
+    n = int(resources.get("CPU", 0) // threads)
+    if gpus:
+        n = min(n, int(resources.get("GPU", 0) // gpus))
+    if n < 1:
+        raise UserError(f"the Ray cluster has {_describe(resources)}: not enough for one worker of {_demand(threads, gpus)}; "
+                        "lower --threads-per-worker or --gpus-per-worker, or add machines")
+    return n
+
+
+def _describe(resources: dict[str, float]) -> str:
+    return f"{resources.get('CPU', 0):g} CPU(s) and {resources.get('GPU', 0):g} GPU(s)"
+
+
+def _demand(threads: int, gpus: float) -> str:
+    return f"{threads} CPU thread(s)" + (f" and {gpus:g} GPU(s)" if gpus else "")
+
+
+def _start_workers(ray, config: SweepConfig, workers: int | None, threads: int, gpus: float) -> tuple[list, Any]:
+    """Reserve the workers' resources together (a placement group), within
+    :data:`PLACEMENT_TIMEOUT_S`, then start one actor in each reservation."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    n = pool_size(ray.cluster_resources(), workers, threads, gpus)
+    bundle = {"CPU": threads, **({"GPU": gpus} if gpus else {})}
+    group = placement_group([bundle] * n, strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(group)
+        raise UserError(f"Ray could not place {n} worker(s) of {_demand(threads, gpus)} each within "
+                        f"{PLACEMENT_TIMEOUT_S:g} s (the cluster has {_describe(ray.cluster_resources())}, "
+                        f"{_describe(ray.available_resources())} free); lower --workers, --threads-per-worker "
+                        "or --gpus-per-worker")
+    remote = ray.remote(Worker)
+    pool = [
+        remote.options(num_cpus=threads, num_gpus=gpus, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
+                       scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k))
+        .remote(config.to_dict(), threads, _crash_once=_crash_once)
+        for k in range(n)
+    ]
+    return pool, group
+
+
+def _resolved(ray, config: SweepConfig, pool) -> SweepConfig:
+    """The config resolved by the workers' models: one dtype and one device type for all."""
+    seen = sorted({(env["dtype"], device_type(env["device"])) for env in ray.get([a.environment.remote() for a in pool])})
+    if len(seen) > 1:
+        raise UserError(f"the Ray workers compute in {' and in '.join(f'{d} on {t}' for d, t in seen)}; one sweep's "
+                        "numbers come from one dtype and device type: set --dtype and --device, or --gpus-per-worker")
+    dtype, device = seen[0]
+    return config.resolved(dtype=dtype, device=device)
 
 
 def _layout(ray, out: Path, pool, n_shards: int) -> list[list[int]]:
@@ -309,4 +401,4 @@ def _assemble_if_complete(ray, out: Path, rid: str, run, parts: dict[int, dict],
     write_json_atomic(record_path(out, rid), record)
 
 
-__all__ = ["Worker", "run_sweep_ray", "shard_layout"]
+__all__ = ["Worker", "pool_size", "run_sweep_ray", "shard_layout"]

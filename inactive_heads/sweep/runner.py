@@ -2,7 +2,8 @@
 
 A sweep writes one results folder::
 
-    sweep.json          the SweepConfig that produced it (re-running checks it matches)
+    sweep.json          the SweepConfig that produced it, with the dtype and the device type the
+                        model ran in (re-running checks that the sweep's identity matches)
     scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
     thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
     runs/<id>.json      one record per finished run, written atomically the moment it finishes
@@ -10,20 +11,23 @@ A sweep writes one results folder::
     questions.parquet   one row per run x question
     .lock               while a driver works on the folder: its host and pid
 
-Re-running the same command skips finished runs, so an interrupted sweep loses nothing. The
-unablated model runs once: that baseline pass also records the scores used for calibration. A
-p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
-construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
+Re-running the same command skips finished runs, so an interrupted sweep loses nothing. A resume
+must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the batch
+size and the device index may change (answers do not depend on them, log-likelihoods only within
+float rounding). The unablated model runs once: that baseline pass also records the scores used
+for calibration. A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0)
+zeroes nothing by construction; its record is the baseline's, marked ``"reused_from": "baseline"``.
 
 :func:`~inactive_heads.sweep.run.run_sweep` picks the executor: this module's local one, or Ray
 actors (:mod:`inactive_heads.sweep.ray_executor`), whose records are identical to the local executor's.
 """
 
+import importlib
 import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,9 @@ EXECUTORS = ("local", "ray")
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
 VOLATILE_FIELDS = ("seconds", "finished_at")
+# Options a resume may change: the evaluator's answers do not depend on them, its log-likelihoods
+# only within float rounding (each record keeps the batch size it ran with). The device enters the identity by its type only (cpu, cuda, mps).
+RESUMABLE_OPTIONS = ("batch_size",)
 
 
 def run_id(key: str | None, q: float | int | None) -> str:
@@ -62,6 +69,12 @@ class SweepConfig:
     ``thresholds="calibrated"`` takes quantiles of scores recorded on the evaluation inputs
     (as the paper does); ``"official:<model>"`` uses the paper's released thresholds for one of
     its 14 models (keys of ``calibration.official_models()``).
+
+    ``imports``: modules imported before anything else (here and in every Ray worker), e.g. the
+    module whose ``@ih.register_score`` functions the sweep's ``scores`` name.
+
+    ``dtype="auto"`` and ``device=None`` are settled by the model that runs: ``sweep.json`` stores
+    the dtype it computed in and its device type (:meth:`resolved`).
     """
 
     model: str = DEFAULT_MODEL
@@ -85,9 +98,15 @@ class SweepConfig:
     # to float rounding, not to the bit, so it is off unless asked for.
     reuse_prefix: bool = False
     attention: str = "auto"
+    imports: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         from ..evaluation.tasks import TASKS
+
+        if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
+            raise UserError(f"imports must be a list of module names, got {self.imports!r}")
+        self.imports = list(self.imports)
+        import_modules(self.imports)  # before the score keys are checked: the modules may register some
 
         if self.task not in TASKS and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:")):
             raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
@@ -148,6 +167,18 @@ class SweepConfig:
             raise UserError(f"unknown sweep option(s) {unknown}; known: {sorted(known)}")
         return cls(**d)
 
+    def resolved(self, *, dtype: str, device: str) -> "SweepConfig":
+        """This config as ``sweep.json`` stores it: ``dtype`` and the type of ``device`` (``"cuda:1"``
+        gives ``"cuda"``) are those the model computes in, never ``"auto"`` or None."""
+        return replace(self, dtype=dtype, device=device_type(device))
+
+    def identity(self) -> dict[str, Any]:
+        """What a resume must share with the run it resumes: every option but the
+        :data:`RESUMABLE_OPTIONS`, the device by its type only."""
+        d = {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_OPTIONS}
+        d["device"] = None if self.device is None else device_type(self.device)
+        return d
+
     def run_ids(self) -> list[tuple[str, str | None, float | None]]:
         """(run id, score key, quantile) for every run, baseline first."""
         ids: list[tuple[str, str | None, float | None]] = [(BASELINE, None, None)]
@@ -174,10 +205,19 @@ class SweepConfig:
         return key is not None and q == 0 and (key == "random" or self.thresholds == "calibrated")
 
 
-def _torch_dtype(name: str):
-    import torch
+def device_type(device: str) -> str:
+    """``"cuda:1"`` -> ``"cuda"``; ``"cpu"`` -> ``"cpu"``."""
+    return str(device).split(":", 1)[0]
 
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+def import_modules(names: list[str]) -> None:
+    """Import each module (a user module that registers scores, say); a failure is one line."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # the user's module: whatever it raises is bad input here
+            raise UserError(f"cannot import module '{name}' (sweep imports): {type(err).__name__}: {err}; "
+                            "make it importable (PYTHONPATH) or remove it") from err
 
 
 def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
@@ -258,18 +298,70 @@ class FolderLock:
             self.mine = False
 
 
+def stored_config(out: Path) -> SweepConfig | None:
+    """The sweep ``out`` holds (None for a new folder), its dtype and device type resolved.
+
+    ``sweep.json`` files of earlier versions may say ``dtype="auto"`` or ``device=None``; what
+    ran is then read from the run records. Records that disagree (a sweep resumed in another
+    precision) cannot be mixed: a one-line error.
+    """
+    path = out / "sweep.json"
+    if not path.is_file():
+        return None
+    stored = SweepConfig.from_dict(json.loads(path.read_text()))
+    if stored.dtype != "auto" and stored.device is not None:
+        return stored
+    records = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))]
+    ran = sorted({(rec["dtype"], device_type(rec["device"])) for rec in records if rec.get("dtype") and rec.get("device")})
+    if len(ran) > 1:
+        raise UserError(f"'{out}' holds runs computed in {' and in '.join(f'{d} on {t}' for d, t in ran)} (its "
+                        "sweep.json, from an earlier version, left the dtype unresolved); their numbers do not "
+                        "mix: start a new folder")
+    if not ran:
+        return stored  # nothing ran yet: the dtype is settled by the first model that runs
+    dtype, device = ran[0]
+    return stored.resolved(dtype=dtype if stored.dtype == "auto" else stored.dtype,
+                           device=device if stored.device is None else stored.device)
+
+
+def check_folder(config: SweepConfig, out: Path) -> None:
+    """Check that ``out`` holds this sweep, or nothing yet. A dtype of ``"auto"`` or a device of
+    None, on either side, is compared once the model has settled it (:func:`prepare_folder`)."""
+    stored = stored_config(out)
+    if stored is None:
+        return
+    have, want = stored.identity(), config.identity()
+    for key, unresolved in (("dtype", "auto"), ("device", None)):
+        if unresolved in (have[key], want[key]):
+            del have[key], want[key]
+    differing = sorted(k for k in have if have[k] != want[k])
+    other = [k for k in differing if k not in ("dtype", "device")]
+    if other:
+        raise UserError(f"'{out}' holds a different sweep (differs in {', '.join(other)}); "
+                        "use another --out folder or delete it")
+    if differing:
+        here = config.dtype + ("" if config.device is None else f" on {device_type(config.device)}")
+        raise UserError(f"'{out}' was computed in {stored.dtype} on {stored.device}, this run would compute in "
+                        f"{here}; resume with --dtype {stored.dtype} "
+                        f"--device {stored.device} (dtype=, device=), or use another --out folder")
+
+
 def prepare_folder(config: SweepConfig, out: Path) -> None:
-    """Check that ``out`` holds this sweep (or nothing yet) and write ``sweep.json``."""
-    config_path = out / "sweep.json"
-    if config_path.is_file():
-        existing = json.loads(config_path.read_text())
-        if existing != config.to_dict():
-            differing = sorted(k for k in config.to_dict() if existing.get(k) != config.to_dict()[k])
-            raise UserError(
-                f"'{out}' holds a different sweep (differs in {', '.join(differing)}); "
-                "use another --out folder or delete it"
-            )
-    write_json_atomic(config_path, config.to_dict())
+    """Check that ``out`` holds this sweep (or nothing yet) and write ``sweep.json``. ``config``
+    is resolved (:meth:`SweepConfig.resolved`): its dtype and device type are the model's."""
+    if config.dtype == "auto" or config.device is None:
+        raise ValueError("prepare_folder needs a resolved config (SweepConfig.resolved)")
+    config = config.resolved(dtype=config.dtype, device=config.device)  # the device's type, not its index
+    check_folder(config, out)
+    write_json_atomic(out / "sweep.json", config.to_dict())
+
+
+def resolved_for(config: SweepConfig, model) -> SweepConfig:
+    """``config`` resolved by the model that runs it: its dtype and its device's type."""
+    from ..models.loading import model_info
+    from ..runtime.hooks import model_device
+
+    return config.resolved(dtype=model_info(model).dtype, device=str(model_device(model)))
 
 
 def load_model_for(config: SweepConfig, progress: bool = True):
@@ -282,8 +374,8 @@ def load_model_for(config: SweepConfig, progress: bool = True):
 def check_model_matches(config: SweepConfig, model) -> None:
     """A model passed to :func:`run_sweep` must be the one the config describes (dtype, backend, n_ctx, device)."""
     from ..models.devices import resolve_device
-    from ..runtime.hooks import model_device
     from ..models.loading import model_info
+    from ..runtime.hooks import model_device
 
     info = model_info(model)
     wanted = {
@@ -349,8 +441,10 @@ def record_path(out: Path, rid: str) -> Path:
 def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
                 result, plan, model) -> dict[str, Any]:
     """The run record: what ran, its accuracy and realized zeroing, and every question's outcome."""
-    from ..runtime.hooks import model_device
+    import torch
+
     from ..models.loading import model_info
+    from ..runtime.hooks import model_device
 
     spec = ablation_for(config, key, tau)
     info = model_info(model)
@@ -380,6 +474,8 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
         "dtype": info.dtype,
         "device": str(model_device(model)),
         "backend": info.backend,
+        "batch_size": config.batch_size,
+        "torch_threads": torch.get_num_threads(),  # fp32 sums are ordered by the thread count
         "seconds": result.seconds,
         "ablation": spec.to_dict() if spec else None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -430,11 +526,12 @@ def run_local(config: SweepConfig, out: Path, *, model=None, progress: bool = Tr
     """The local executor behind ``run_sweep(..., executor="local")``: the model is loaded once (or
     ``model``, which must be the model ``config.model`` names) and the task tokenized once for all runs."""
     with FolderLock(out):
-        prepare_folder(config, out)
+        check_folder(config, out)  # before the model loads; dtype and device once it has
         if model is None:
             model = load_model_for(config, progress)
         else:
             check_model_matches(config, model)
+        prepare_folder(resolved_for(config, model), out)
         plan = plan_for(config, model)
         head_scores = _local_baseline(config, out, model, plan, progress)
         thresholds = write_thresholds(config, out, head_scores)

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from inactive_heads.core.errors import UserError
 from inactive_heads.sweep import ray_executor as distributed
 from inactive_heads.sweep.run import run_sweep
 from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig
@@ -64,11 +65,11 @@ def test_ray_records_equal_local_records(ray_session, local, tmp_path):
     assert (tmp_path / "runs.parquet").is_file() and not (tmp_path / ".lock").exists()
 
 
-def test_a_worker_killed_mid_task_is_replaced(ray_session, local, tmp_path):
+def test_a_worker_killed_mid_task_is_replaced(ray_session, local, tmp_path, monkeypatch):
     marker = tmp_path / "crashed"
+    monkeypatch.setattr(distributed, "_crash_once", ("ahon_ln@p=0.3", 1, str(marker)))
     # one worker: the sweep can only finish if the dead actor is replaced and its task re-run
-    remote = distributed.run_sweep_ray(tiny_config(), tmp_path / "sweep", workers=1, shards=3, progress=False,
-                                       _crash_once=("ahon_ln@p=0.3", 1, str(marker)))
+    remote = run_sweep(tiny_config(), tmp_path / "sweep", executor="ray", workers=1, shards=3, progress=False)
     assert marker.is_file()  # the worker process did exit in the middle of that task
     assert stable(remote.records) == stable(local.records)
 
@@ -103,3 +104,22 @@ def test_an_interrupted_driver_resumes_at_shard_granularity(ray_session, local, 
     for name, mtime in records.items():  # no record written twice
         assert (tmp_path / "runs" / name).stat().st_mtime_ns == mtime
     assert stable(resumed.records) == stable(local.records)
+
+
+def test_workers_that_cannot_be_placed_fail_in_one_line_within_the_wait(ray_session, tmp_path, monkeypatch):
+    """The session has 2 CPUs and no GPU: 3 one-thread workers, or a GPU per worker, never fit."""
+    import time
+
+    monkeypatch.setattr(distributed, "PLACEMENT_TIMEOUT_S", 2.0)
+    start = time.monotonic()
+    with pytest.raises(UserError) as err:
+        run_sweep(tiny_config(), tmp_path / "a", executor="ray", workers=3, progress=False)
+    assert time.monotonic() - start < 60
+    message = str(err.value)
+    assert "could not place 3 worker(s) of 1 CPU thread(s) each within 2 s" in message and "\n" not in message
+    assert "the cluster has 2 CPU(s) and 0 GPU(s)" in message
+    with pytest.raises(UserError, match=r"not enough for one worker of 1 CPU thread\(s\) and 1 GPU\(s\)"):
+        run_sweep(tiny_config(), tmp_path / "b", executor="ray", gpus_per_worker=1.0, progress=False)
+    with pytest.raises(UserError, match=r"could not place 2 worker\(s\) of 1 CPU thread\(s\) and 1 GPU\(s\) each"):
+        run_sweep(tiny_config(), tmp_path / "c", executor="ray", workers=2, gpus_per_worker=1.0, progress=False)
+    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())  # nothing held

@@ -229,3 +229,58 @@ def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2_hooked, tmp_path)
     for key in ("ahon_ln", "awft"):
         for q in options["quantiles"]:
             assert reused.thresholds[key].at(q) == pytest.approx(full.thresholds[key].at(q), rel=1e-5, abs=1e-6)
+
+
+def test_a_resume_may_change_the_batch_size(complete, smollm2_hooked, tmp_path):
+    """The batch size is not part of a sweep's identity: runs left over are evaluated at another
+    batch size and their records equal those of the complete sweep (batch size 4): answers and
+    realized fractions exactly, log-likelihoods within fp32 rounding (here, measured: to the bit)."""
+    import shutil
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(complete.path, folder)
+    redo = ("ahon_ln@p=0.3", "random@p=0.3")
+    for rid in redo:
+        (folder / "runs" / f"{rid}.json").unlink()
+    resumed = run_sweep(small_config(batch_size=3), folder, model=smollm2_hooked, progress=False)
+    assert json.loads((folder / "sweep.json").read_text())["batch_size"] == 3
+    for rid, rec in resumed.records.items():
+        assert rec["batch_size"] == (3 if rid in redo else 4), rid
+        assert rec["torch_threads"] >= 1
+    without = ("batch_size", "torch_threads", "loglikelihoods")
+    assert {k: {f: v for f, v in r.items() if f not in without} for k, r in stable(resumed.records).items()} == \
+        {k: {f: v for f, v in r.items() if f not in without} for k, r in stable(complete.records).items()}
+    for rid in redo:
+        for a, b in zip(resumed.records[rid]["loglikelihoods"], complete.records[rid]["loglikelihoods"]):
+            assert a == pytest.approx(b, rel=1e-6, abs=1e-5), rid
+
+
+@pytest.mark.slow  # three CLI runs, each loading SmolLM2
+def test_cli_sweep_json_holds_the_resolved_dtype_and_a_resume_keeps_it(tmp_path, capsys):
+    """``--dtype auto`` (the default) is written as the dtype the model computes in; a resume in
+    another dtype is refused in one line; one with another ``--batch-size`` goes on."""
+    from inactive_heads.cli import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--model", "smollm2-135m", "--task", "piqa", "--limit", "2", "--scores", "ahon_ln",
+            "--quantiles", "0", "0.3", "--no-random", "--batch-size", "2", "--out", str(out)]
+    assert main(argv) == 0
+    stored = json.loads((out / "sweep.json").read_text())
+    assert (stored["dtype"], stored["device"]) == ("float32", "cpu")
+    first = json.loads((out / "runs" / "ahon_ln@p=0.3.json").read_text())
+    capsys.readouterr()
+
+    assert main(argv + ["--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "computed in float32 on cpu, this run would compute in bfloat16" in err and "--dtype float32" in err
+
+    (out / "runs" / "ahon_ln@p=0.3.json").unlink()
+    assert main(argv + ["--batch-size", "1"]) == 0
+    again = json.loads((out / "runs" / "ahon_ln@p=0.3.json").read_text())
+    assert again["batch_size"] == 1 and first["batch_size"] == 2
+    for field in ("correct", "realized_fraction_per_layer", "threshold", "dtype", "device"):
+        assert again[field] == first[field], field
+    # padding differs between batch sizes 1 and 2: fp32 sums within rounding (measured: 1.1e-5 on -73.19)
+    for a, b in zip(again["loglikelihoods"], first["loglikelihoods"]):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-5)

@@ -1,0 +1,151 @@
+"""What a sweep folder's identity is (``sweep.json``), and what a resume may change: no model runs
+here; folders are written by hand as the executors write them."""
+
+import json
+import sys
+
+import pytest
+
+from inactive_heads.core.errors import UserError
+from inactive_heads.scoring import scores as score_registry
+from inactive_heads.sweep.ray_executor import pool_size
+from inactive_heads.sweep.runner import (
+    SweepConfig,
+    check_folder,
+    prepare_folder,
+    stored_config,
+)
+
+
+def config(**overrides):
+    base = {"model": "smollm2-135m", "task": "piqa", "limit": 4, "scores": ["ahon_ln"], "quantiles": [0.0, 0.3]}
+    base.update(overrides)
+    return SweepConfig(**base)
+
+
+def write_record(out, rid, dtype, device):
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / f"{rid}.json").write_text(json.dumps({"run_id": rid, "dtype": dtype, "device": device}))
+
+
+def test_sweep_json_stores_the_resolved_dtype_and_the_device_type(tmp_path):
+    wanted = config(dtype="auto", device="cuda:1")
+    prepare_folder(wanted.resolved(dtype="bfloat16", device="cuda:1"), tmp_path)
+    stored = json.loads((tmp_path / "sweep.json").read_text())
+    assert (stored["dtype"], stored["device"]) == ("bfloat16", "cuda")
+    assert SweepConfig.from_dict(stored) == config(dtype="bfloat16", device="cuda")
+    with pytest.raises(ValueError, match="needs a resolved config"):
+        prepare_folder(config(dtype="auto", device="cpu"), tmp_path / "other")
+    with pytest.raises(ValueError, match="needs a resolved config"):
+        prepare_folder(config(dtype="float32", device=None), tmp_path / "other")
+
+
+def test_a_resume_in_another_dtype_or_device_type_is_refused_in_one_line(tmp_path):
+    prepare_folder(config(dtype="bfloat16", device="cuda"), tmp_path)
+    for dtype, device in (("float32", "cuda"), ("bfloat16", "cpu"), ("float32", "cpu")):
+        with pytest.raises(UserError) as err:
+            prepare_folder(config(dtype=dtype, device=device), tmp_path)
+        message = str(err.value)
+        assert "computed in bfloat16 on cuda" in message and f"would compute in {dtype} on {device}" in message
+        assert "--dtype bfloat16 --device cuda" in message and "\n" not in message
+    # the folder still says what it holds
+    assert json.loads((tmp_path / "sweep.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_batch_size_and_device_index_are_not_part_of_the_identity(tmp_path):
+    prepare_folder(config(dtype="float32", device="cuda:0", batch_size=8), tmp_path)
+    prepare_folder(config(dtype="float32", device="cuda:1", batch_size=3), tmp_path)
+    assert json.loads((tmp_path / "sweep.json").read_text())["batch_size"] == 3  # the config that last ran
+
+
+def test_before_the_model_loads_only_what_is_settled_is_compared(tmp_path):
+    prepare_folder(config(dtype="bfloat16", device="cuda"), tmp_path)
+    check_folder(config(dtype="auto", device=None), tmp_path)  # settled once the model has loaded
+    with pytest.raises(UserError, match="computed in bfloat16 on cuda, this run would compute in float32"):
+        check_folder(config(dtype="float32", device=None), tmp_path)
+    with pytest.raises(UserError, match="differs in limit"):
+        check_folder(config(dtype="auto", limit=5), tmp_path)  # other options: as before
+
+
+def test_sweep_json_of_earlier_versions_is_settled_by_its_records(tmp_path):
+    """sweep.json files written with dtype "auto" and device null: the records say what ran."""
+    legacy = {**config().to_dict(), "dtype": "auto", "device": None}
+    del legacy["imports"]  # earlier versions had no such option
+    (tmp_path / "sweep.json").write_text(json.dumps(legacy))
+    assert stored_config(tmp_path).dtype == "auto"  # nothing ran yet: settled by the first model
+    prepare_folder(config(dtype="float32", device="cpu"), tmp_path)  # and written resolved
+    assert json.loads((tmp_path / "sweep.json").read_text())["dtype"] == "float32"
+
+    (tmp_path / "sweep.json").write_text(json.dumps(legacy))
+    write_record(tmp_path, "baseline", "bfloat16", "cuda:0")
+    assert (stored_config(tmp_path).dtype, stored_config(tmp_path).device) == ("bfloat16", "cuda")
+    with pytest.raises(UserError, match="computed in bfloat16 on cuda, this run would compute in float32 on cpu"):
+        prepare_folder(config(dtype="float32", device="cpu"), tmp_path)
+    prepare_folder(config(dtype="bfloat16", device="cuda:1"), tmp_path)
+    assert json.loads((tmp_path / "sweep.json").read_text())["device"] == "cuda"
+
+
+def test_a_folder_of_mixed_precisions_cannot_be_resumed(tmp_path):
+    """The bug of earlier versions: a bf16 GPU sweep resumed on a CPU ran the rest in fp32."""
+    (tmp_path / "sweep.json").write_text(json.dumps({**config().to_dict(), "dtype": "auto", "device": None}))
+    write_record(tmp_path, "baseline", "bfloat16", "cuda:0")
+    write_record(tmp_path, "ahon_ln@p=0.3", "float32", "cpu")
+    with pytest.raises(UserError) as err:
+        check_folder(config(dtype="auto"), tmp_path)
+    assert "bfloat16 on cuda and in float32 on cpu" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A module of the user's that registers a score, importable under a fresh name."""
+    name = f"user_scores_{tmp_path.name}".replace("-", "_")
+    (tmp_path / f"{name}.py").write_text(
+        "import inactive_heads as ih\n\n"
+        "@ih.register_score('max_key_weight_user', reads=('pattern',), direction='above')\n"
+        "def max_key_weight(acts):\n"
+        "    return acts.mean_over_queries(acts.pattern.amax(dim=-1))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(score_registry, "_REGISTRY", dict(score_registry._REGISTRY))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_imports_register_user_scores_before_the_scores_are_checked(user_module):
+    with pytest.raises(KeyError, match="unknown score 'max_key_weight_user'"):
+        config(scores=["max_key_weight_user"])
+    cfg = config(scores=["max_key_weight_user"], imports=[user_module])
+    assert SweepConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(UserError, match="cannot import module 'no_such_module_xyz'"):
+        config(imports=["no_such_module_xyz"])
+    with pytest.raises(UserError, match="imports must be a list of module names"):
+        config(imports=[""])
+
+
+def test_the_cli_passes_import_to_the_config(user_module):
+    from inactive_heads.cli import _sweep_config, build_parser
+
+    args = build_parser().parse_args(["sweep", "--out", "x", "--scores", "max_key_weight_user",
+                                      "--import", user_module, "--import", "json"])
+    assert _sweep_config(args).imports == [user_module, "json"]
+
+
+@pytest.mark.parametrize(
+    "resources, workers, threads, gpus, expected",
+    [
+        ({"CPU": 16.0}, None, 1, 0.0, 16),
+        ({"CPU": 16.0}, None, 3, 0.0, 5),
+        ({"CPU": 16.0, "GPU": 4.0}, None, 1, 1.0, 4),  # one per GPU
+        ({"CPU": 16.0, "GPU": 4.0}, None, 1, 0.5, 8),
+        ({"CPU": 2.0, "GPU": 4.0}, None, 1, 1.0, 2),  # each GPU worker also holds its CPU threads
+        ({"CPU": 2.0}, 5, 1, 0.0, 5),  # asked for: placement decides (and fails in bounded time)
+    ],
+)
+def test_the_default_ray_pool_fills_the_cluster(resources, workers, threads, gpus, expected):
+    assert pool_size(resources, workers, threads, gpus) == expected
+
+
+def test_a_pool_that_cannot_hold_one_worker_is_one_line():
+    with pytest.raises(UserError, match=r"has 8 CPU\(s\) and 0 GPU\(s\): not enough for one worker of "
+                                        r"1 CPU thread\(s\) and 1 GPU\(s\)"):
+        pool_size({"CPU": 8.0}, None, 1, 1.0)
