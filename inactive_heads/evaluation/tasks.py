@@ -835,7 +835,7 @@ def gsm8k_exemplar_target(target: str) -> str:
     """
     import re
 
-    match = re.fullmatch(r"(?s)(.*?)\s*The answer is (\S+?)\.?", target.strip())
+    match = re.fullmatch(r"(?s)(.*?)\s*The answer is\s+(\S+?)\.?", target.strip())
     if match is None:
         raise UserError(f"a gsm8k-cot exemplar does not end with 'The answer is N.': {target!r}")
     return f"{match.group(1)}\n#### {match.group(2)}"
