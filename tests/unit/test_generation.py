@@ -24,7 +24,7 @@ def model():
     return m
 
 
-PROMPTS = random_sequences(5, seed=1, min_len=3, max_len=14)
+PROMPTS = random_sequences(4, seed=1, min_len=3, max_len=14)
 
 ABLATIONS = {
     "none": lambda: None,
@@ -35,17 +35,17 @@ ABLATIONS = {
 
 
 def _run(model, ablation, **kwargs):
-    kwargs = {"max_new_tokens": 9, "progress": False, **kwargs}
+    kwargs = {"max_new_tokens": 7, "progress": False, **kwargs}
     return generate(model, PROMPTS, ablation=ABLATIONS[ablation](), **kwargs)
 
 
 def test_outputs_vary(model):
-    tokens = _run(model, "none", batch_size=5).tokens
+    tokens = _run(model, "none", batch_size=4).tokens
     assert len({tuple(t) for t in tokens}) == len(PROMPTS)
     assert all(len(set(t)) > 1 for t in tokens[:3])
 
 
-@pytest.mark.parametrize("ablation", sorted(ABLATIONS))
+@pytest.mark.parametrize("ablation", ["ahon_ln", "awft", "random"])
 def test_prompt_cached_equals_uncached_and_one_at_a_time(model, ablation):
     cached = _run(model, ablation, decision="prompt", use_cache=True, batch_size=3)
     assert cached.use_cache
@@ -55,7 +55,7 @@ def test_prompt_cached_equals_uncached_and_one_at_a_time(model, ablation):
     assert cached.realized_fraction == uncached.realized_fraction == single.realized_fraction
 
 
-@pytest.mark.parametrize("ablation", sorted(ABLATIONS))
+@pytest.mark.parametrize("ablation", ["awft", "random"])
 def test_per_step_does_not_depend_on_batch_size(model, ablation):
     batched = _run(model, ablation, decision="per_step", batch_size=4)
     single = _run(model, ablation, decision="per_step", batch_size=1)
@@ -87,14 +87,14 @@ def test_cached_logits_equal_a_full_recompute(model):
 def test_static_realized_fraction_and_savings_by_hand(model):
     # Layer 1: heads 0, 1, 2 = the whole first KV group; layer 2: head 4. 4 of 3 * 6 = 18 heads.
     heads = [(1, 0), (1, 1), (1, 2), (2, 4)]
+    runs = {}
     for decision in ("prompt", "per_step"):
-        out = generate(model, PROMPTS, ablation=StaticAblation(heads), decision=decision,
-                       max_new_tokens=6, progress=False)
+        out = runs[decision] = generate(model, PROMPTS, ablation=StaticAblation(heads), decision=decision,
+                                        max_new_tokens=6, progress=False)
         assert out.realized_fraction == pytest.approx(4 / 18, abs=1e-12)
         assert out.realized_fraction_per_layer == pytest.approx([0.0, 3 / 6, 1 / 6], abs=1e-12)
-    savings = out.savings if out.savings else generate(
-        model, PROMPTS, ablation=StaticAblation(heads), decision="prompt", max_new_tokens=6, progress=False
-    ).savings
+    assert runs["per_step"].savings is None
+    savings = runs["prompt"].savings
     assert savings["kind"] == "estimated"
     # KV: one of 3 layers x 2 KV heads is wholly held: 2 (K, V) * d_head 8 * 4 bytes per token.
     assert savings["kv_cache_bytes_saved_per_token"] == 2 * 8 * 4
@@ -116,14 +116,14 @@ def test_held_savings_counts_keys_by_hand(model):
 def test_prompt_fraction_weights_each_prompt_by_its_tokens(model):
     out = _run(model, "ahon_ln", decision="prompt", until=(), eos_token_id=None)
     assert out.realized_fraction_prompts is not None and 0 < out.realized_fraction < 1
-    # Every prompt generates 9 tokens here, so the per-pass and per-prompt counts agree.
+    # Every prompt generates 7 tokens here, so the per-pass and per-prompt counts agree.
     assert out.realized_fraction == pytest.approx(out.realized_fraction_prompts, abs=1e-12)
 
 
 def test_eos_stops_each_row(model):
-    free = _run(model, "none", batch_size=5).tokens
+    free = _run(model, "none", batch_size=4).tokens
     eos = free[0][2]
-    out = _run(model, "none", batch_size=5, eos_token_id=eos)
+    out = _run(model, "none", batch_size=4, eos_token_id=eos)
     for before, after in zip(free, out.tokens):
         cut = before.index(eos) + 1 if eos in before else len(before)
         assert after == before[:cut]
