@@ -15,7 +15,7 @@ from tests.reference_generation import ReferenceGenerator
 
 pytestmark = pytest.mark.slow
 
-MAX_NEW = 12
+MAX_NEW = 8
 
 
 @pytest.fixture(scope="module")
