@@ -23,6 +23,7 @@ from .ablation.head_ablation import (
 from .scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
 from .core.errors import InactiveHeadsError, MissingFileError, UnknownNameError, UserError
 from .evaluation.evaluator import EvalPlan, EvalResult, evaluate, plan_evaluation
+from .evaluation.generation import GenerationOutput, GenerationResult, evaluate_generation, generate
 from .models.loading import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
 from .scoring.recording import HeadScores, record_scores
 from .scoring.scores import (
@@ -49,6 +50,8 @@ __all__ = [
     "DynamicAblation",
     "EvalPlan",
     "EvalResult",
+    "GenerationOutput",
+    "GenerationResult",
     "HeadAblation",
     "HeadScores",
     "InactiveHeadsError",
@@ -69,6 +72,8 @@ __all__ = [
     "build_requests",
     "calibrate",
     "evaluate",
+    "evaluate_generation",
+    "generate",
     "get_score",
     "layer_normalize",
     "load_docs",

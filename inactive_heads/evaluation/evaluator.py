@@ -24,7 +24,8 @@ from ..models.loading import architecture_of, model_info
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
-from .tasks import TASKS, Request, build_requests
+from .generation import GenerationResult, evaluate_generation
+from .tasks import GENERATION_TASKS, TASKS, Request, build_requests
 from ..core.errors import UserError
 
 
@@ -456,7 +457,9 @@ def evaluate(
     record_description: str | None = None,
     reuse_prefix: bool = False,
     attention: str = "auto",
-) -> EvalResult:
+    decision: str | None = None,
+    max_gen_toks: int | None = None,
+) -> "EvalResult | GenerationResult":
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
     >>> res = evaluate(model, "mmlu", subjects=["anatomy"], limit=20)             # doctest: +SKIP
@@ -481,7 +484,22 @@ def evaluate(
     cache of it, computed once per distinct history of zeroing decisions (plain, static, dynamic
     and recording alike; Random always runs in full) — :mod:`inactive_heads.runtime.prefix`; the same
     numbers up to float rounding, not to the bit. ``result.prefix_reuse`` says what was reused.
+
+    ``task="gsm8k"`` generates (:func:`~inactive_heads.evaluation.generation.evaluate_generation`,
+    a :class:`GenerationResult`): ``decision`` = ``"per_step"`` (default, the authors' protocol)
+    or ``"prompt"``, ``max_gen_toks`` (default 256).
     """
+    if isinstance(task, str) and task in GENERATION_TASKS:
+        if subjects is not None or source is not None or record or reuse_prefix or attention != "auto":
+            raise UserError(f"{task} is a generation task: subjects, source, record, reuse_prefix and "
+                            "attention apply to log-likelihood tasks only; leave them unset")
+        return evaluate_generation(
+            model, task, ablation=_as_ablation(ablation), decision=decision or "per_step", limit=limit,
+            num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
+            batch_size=batch_size, progress=progress,
+        )
+    if decision is not None or max_gen_toks is not None:
+        raise UserError("decision and max_gen_toks apply to generation tasks (gsm8k) only; leave them unset")
     plan = task if isinstance(task, EvalPlan) else plan_evaluation(
         model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
         apply_chat_template=apply_chat_template, source=source,

@@ -61,9 +61,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..ablation.head_ablation import AblationSpec, HeadAblation
 from ..scoring.calibration import calibrate
-from ..runtime.hooks import hook_name, installed, make_batches, model_device, run_forward
+from ..runtime.hooks import installed, make_batches, model_device, run_forward
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
 from ..scoring.recording import record_scores
+from ..evaluation.generation import DECISIONS, generate
 from ..scoring.scores import get_score
 from ..evaluation.evaluator import ATTENTION_MODES, EvalPlan, index_forward_inputs, score_plan
 from ..evaluation.request_tokens import RequestTokenizer, plain_tokenizer
@@ -163,21 +164,6 @@ def _check_ablation(ablation: AblationLike, seed: int) -> AblationSpec | Calibra
 # The model type
 
 
-def _held_mask_hooks(n_layers: int, masks: torch.Tensor) -> list:
-    """``hook_z`` hooks zeroing, for a batch of one, the heads flagged in ``masks[layer]``."""
-
-    def make(layer: int):
-        held = masks[layer]
-
-        def hook(z, hook):
-            # masked_fill, not a multiply by 0/1: a NaN or inf in a held head must not survive.
-            return z.masked_fill(held.to(z.device)[None, None, :, None], 0.0)
-
-        return hook
-
-    return [(hook_name(layer, "z"), make(layer)) for layer in range(n_layers)]
-
-
 def _as_flag(name: str, value: bool | str) -> bool:
     """A yes/no model arg, given as a bool or as lm-eval's ``--model_args`` text."""
     if isinstance(value, bool):
@@ -225,12 +211,18 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         progress: bool = True,
         attention: str = "auto",
         reuse_prefix: bool | str = False,
+        decision: str = "prompt",
+        use_cache: bool | str = True,
     ):
         TemplateLM.__init__(self)
         if attention not in ATTENTION_MODES:
             raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
         self.attention = attention
         self.reuse_prefix = _as_flag("reuse_prefix", reuse_prefix)
+        if decision not in DECISIONS:
+            raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
+        self.decision = decision
+        self.use_cache = _as_flag("use_cache", use_cache)
         if isinstance(pretrained, str):
             device = None if device in (None, "", "auto") else str(device)
             if device is not None and device.startswith("cuda") and not _cuda_device_exists(device):
@@ -411,9 +403,11 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy generation; the heads zeroed are decided on each prompt and held while decoding."""
+        """Greedy generation with heads zeroed, per ``decision`` (:mod:`inactive_heads.evaluation.generation`):
+        ``"prompt"`` decides on each prompt and holds the heads (KV cache), ``"per_step"`` re-decides
+        at every token without a cache (the authors' protocol)."""
         eos = self.tokenizer.decode(self.eot_token_id)
-        prompts, settings = [], []
+        prompts, groups = [], {}
         for r, (context, gen_kwargs) in enumerate(req.args for req in requests):
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             if kwargs.get("do_sample"):
@@ -425,43 +419,31 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
             max_new = int(kwargs.pop("max_gen_toks"))
             if max_new >= self.max_length:
                 raise UserError(f"max_gen_toks {max_new} must be less than max_length {self.max_length}")
-            ids = self.tok_encode(context)[-(self.max_length - max_new):]
-            prompts.append(ids)
-            settings.append((until, max_new))
-        # 1. The prompts, with the ablation deciding per prompt: held masks and first tokens.
+            prompts.append(self.tok_encode(context)[-(self.max_length - max_new):])
+            groups.setdefault((tuple(until), max_new), []).append(r)
         ablation = self._build_ablation("generate_until", prompts)
-        first = [0] * len(prompts)
-        with torch.inference_mode():
-            for indices, logits in self._forward_logits(prompts, ablation, f"{MODEL_NAME} prompts"):
-                for row, i in enumerate(indices):
-                    first[i] = int(logits[row, len(prompts[i]) - 1].argmax())
-        self._record_stats("generate_until", ablation, len(prompts))
-        held = ablation.stats.flagged_mask() if ablation is not None else None
-        # 2. Greedy decoding, one prompt at a time, the prompt's mask on every step.
-        outputs = []
-        bar = tqdm(total=len(prompts), desc=f"{MODEL_NAME} generate", disable=not self.progress, leave=False)
-        for i, (ids, (until, max_new)) in enumerate(zip(prompts, settings)):
-            hooks = _held_mask_hooks(self.info.n_layers, held[i]) if held is not None else []
-            generated = [first[i]]
-            with self.model.hooks(fwd_hooks=hooks), torch.inference_mode():
-                while not self._stop(generated, until, max_new):
-                    tokens = torch.tensor([ids + generated], device=self._device)
-                    logits = run_forward(self.model, tokens, torch.ones_like(tokens, dtype=torch.bool))
-                    generated.append(int(logits[0, -1].argmax()))
-            if generated[-1] == self.eot_token_id:
-                generated = generated[:-1]
-            text = postprocess_generated_text(self.tokenizer.decode(generated, skip_special_tokens=True), until, None)
-            outputs.append(text)
-            self.cache_hook.add_partial("generate_until", requests[i].args, text)
-            bar.update(1)
-        bar.close()
+        outputs: list[str | None] = [None] * len(prompts)
+        flagged = passes = 0
+        for (until, max_new), members in groups.items():
+            out = generate(self.model, [prompts[i] for i in members], ablation=ablation, decision=self.decision,
+                           max_new_tokens=max_new, until=until, eos_token_id=self.eot_token_id,
+                           use_cache=self.use_cache, batch_size=self._batch_size, progress=self.progress)
+            flagged += out.realized_fraction * out.n_forward_passes * self.info.n_layers * self.info.n_heads
+            passes += out.n_forward_passes
+            for i, generated in zip(members, out.tokens):
+                if generated and generated[-1] == self.eot_token_id:
+                    generated = generated[:-1]
+                text = postprocess_generated_text(self.tokenizer.decode(generated, skip_special_tokens=True),
+                                                  list(until), None)
+                outputs[i] = text
+                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        # Counted per forward pass (one per generated token), as the paper counts.
+        entry = self.stats["generate_until"]
+        entry.update(n_sequences=passes, flagged=int(round(flagged)), decision=self.decision,
+                     realized_fraction=flagged / (passes * self.info.n_layers * self.info.n_heads) if passes else 0.0)
+        print(f"inactive-heads: generate_until [{self.decision}]: {100 * entry['realized_fraction']:.2f}% of "
+              f"(forward pass, layer, head) zeroed over {passes} passes", file=sys.stderr)
         return outputs
-
-    def _stop(self, generated: list[int], until: list[str], max_new: int) -> bool:
-        if len(generated) >= max_new or generated[-1] == self.eot_token_id:
-            return True
-        text = self.tokenizer.decode(generated, skip_special_tokens=False)
-        return any(stop in text for stop in until if stop)
 
 
 register_model(MODEL_NAME)(InactiveHeadsLM)

@@ -1,0 +1,509 @@
+"""Greedy generation with heads zeroed, in two decision modes, and GSM8K exact match.
+
+``decision="per_step"`` is the authors' protocol: no KV cache; at every new token the whole
+sequence (prompt + what was generated so far) runs again, every score is recomputed over all
+its positions and the heads are re-chosen, so the choice can change as the answer grows.
+
+``decision="prompt"`` decides once on the prompt and holds those heads, for that prompt, through
+every generated token. It can use a KV cache (``use_cache=True``, a ``HookedTransformer``):
+the prompts are left-padded, prefilled once and decoded one token per step, each row stopping
+on its own; ``use_cache=False`` re-runs the whole sequence at every step with the same held
+heads (what the cached run must equal, token for token).
+
+Realized fraction, counted per forward pass as the paper counts it: every generated token comes
+from one forward pass of its sequence, so each (generated token, layer, head) is one triple; the
+fraction is zeroed triples over all triples. In ``per_step`` each pass makes its own decision;
+in ``prompt`` every pass of a sequence carries its prompt's decision, so each prompt's flags
+count once per token it generated. ``realized_fraction_prompts`` is the plain per-prompt count.
+
+Savings (``prompt`` only, "estimated": TransformerLens still computes the held heads, then
+zeroes them): attention FLOPs of held heads at decode (scores and weighted sum,
+``4 · d_head · keys`` per head and token) and KV-cache bytes of KV heads whose whole query
+group is held (``2 · d_head · bytes`` per layer, KV head and token).
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..analysis.curves import Interval, accuracy_interval
+from ..core.errors import UserError
+from ..models.loading import model_info
+from ..runtime.fast_attention import attention_form
+from ..runtime.hooks import HeadHookRunner, hook_name, installed, make_batches, model_device, run_forward
+from ..scoring.recording import toolkit_version
+from .tasks import (
+    GSM8K_MAX_GEN_TOKS,
+    GenerationRequest,
+    build_gsm8k_requests,
+    gsm8k_exact_match,
+    gsm8k_extract,
+)
+
+DECISIONS = ("per_step", "prompt")
+
+
+def _as_ablation(ablation) -> HeadAblation | None:
+    if ablation is None or isinstance(ablation, HeadAblation):
+        return ablation
+    if isinstance(ablation, AblationSpec):
+        return ablation.build()
+    if isinstance(ablation, dict):
+        return AblationSpec.from_dict(ablation).build()
+    raise TypeError(f"ablation must be None, a HeadAblation or an AblationSpec, got {type(ablation).__name__}")
+
+
+@dataclass
+class GenerationOutput:
+    """Generated tokens per prompt and what the ablation did while generating them."""
+
+    tokens: list[list[int]]
+    decision: str
+    use_cache: bool
+    realized_fraction: float = 0.0
+    realized_fraction_per_layer: list[float] = field(default_factory=list)
+    realized_fraction_prompts: float | None = None
+    n_forward_passes: int = 0
+    savings: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+
+class _HeldHeads:
+    """``hook_z`` hooks that zero, per row, the heads in ``masks[row, layer]`` (set per batch)."""
+
+    def __init__(self, n_layers: int):
+        self.n_layers = n_layers
+        self.masks: Bool[Tensor, "batch layer head"] | None = None
+
+    def hooks(self) -> list:
+        def make(layer: int):
+            def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
+                # masked_fill, never a multiply: a NaN or inf in a held head must not survive.
+                return z.masked_fill(self.masks[:, layer].to(z.device)[:, None, :, None], 0.0)
+
+            return hook
+
+        return [(hook_name(layer, "z"), make(layer)) for layer in range(self.n_layers)]
+
+
+def _last_logits(model, tokens: Int[Tensor, "batch pos"], valid: Bool[Tensor, "batch pos"]) -> Tensor:
+    """Logits at each row's last real position of a right-padded batch (the exact attention form)."""
+    from transformer_lens import HookedTransformer
+
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    last = valid.sum(dim=1).to(tokens.device) - 1
+    if isinstance(model, HookedTransformer):
+        mask = valid.to(dtype=torch.long, device=tokens.device)
+        with attention_form(model, "exact"):
+            resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
+        logits = model.unembed(model.ln_final(resid[rows, last][:, None, :]))[:, 0, :]
+        cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
+        if cap and cap > 0:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+    return run_forward(model, tokens, valid)[rows, last]
+
+
+class _Stopper:
+    """Per-row stop: the EOS token, ``max_new`` tokens, or a stop string in the decoded text."""
+
+    def __init__(self, tokenizer, eos_id: int | None, until: Sequence[str], max_new: int):
+        self.tokenizer, self.eos_id, self.max_new = tokenizer, eos_id, max_new
+        self.until = [s for s in until if s]
+
+    def done(self, generated: list[int]) -> bool:
+        if len(generated) >= self.max_new or (self.eos_id is not None and generated[-1] == self.eos_id):
+            return True
+        if not self.until:
+            return False
+        text = self.tokenizer.decode(generated, skip_special_tokens=False)
+        return any(stop in text for stop in self.until)
+
+
+def _check_prompts(model, prompts, max_new: int) -> list[list[int]]:
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        raise UserError(f"max_new_tokens must be a positive integer, got {max_new!r}")
+    n_ctx = model_info(model).n_ctx
+    if max_new >= n_ctx:
+        raise UserError(f"max_new_tokens {max_new} must be less than the model context {n_ctx}")
+    out = []
+    for i, p in enumerate(prompts):
+        ids = [int(t) for t in p]
+        if not ids:
+            raise UserError(f"prompt {i} is empty; give it at least one token")
+        out.append(ids[-(n_ctx - max_new):])  # left-truncated as lm-eval does
+    if not out:
+        raise UserError("prompts is empty; pass at least one token-id list")
+    return out
+
+
+def generate(
+    model,
+    prompts: Sequence[Sequence[int]],
+    *,
+    ablation=None,
+    decision: str = "prompt",
+    max_new_tokens: int = GSM8K_MAX_GEN_TOKS,
+    until: Sequence[str] = (),
+    eos_token_id: int | None = None,
+    use_cache: bool = True,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> GenerationOutput:
+    """Greedy generation from token-id prompts with heads zeroed by ``ablation``.
+
+    >>> out = generate(model, [ids], ablation=DynamicAblation("ahon_ln", 0.4),
+    ...                decision="per_step", max_new_tokens=32)                 # doctest: +SKIP
+    >>> out.tokens[0], out.realized_fraction                                  # doctest: +SKIP
+
+    ``decision``: ``"per_step"`` (no cache; heads re-decided at every token, the authors'
+    protocol) or ``"prompt"`` (decided on the prompt and held; KV cache when ``use_cache``).
+    Each row stops at ``eos_token_id`` (default: the tokenizer's), at ``max_new_tokens``, or
+    once a string of ``until`` appears in its decoded tokens; ``tokens`` include the stopping
+    token. Results do not depend on ``batch_size``.
+    """
+    if decision not in DECISIONS:
+        raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch_size must be a positive integer, got {batch_size!r}")
+    prompts = _check_prompts(model, prompts, max_new_tokens)
+    abl = _as_ablation(ablation)
+    tokenizer = getattr(model, "tokenizer", None)
+    if until and tokenizer is None:
+        raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
+    eos = getattr(tokenizer, "eos_token_id", None) if eos_token_id is None else eos_token_id
+    stopper = _Stopper(tokenizer, eos, until, max_new_tokens)
+    start = time.perf_counter()
+    bar = tqdm(total=len(prompts), desc=f"generate [{decision}]", unit="seq", disable=not progress, leave=False)
+    if decision == "per_step":
+        out = _per_step(model, prompts, abl, stopper, batch_size, bar)
+    else:
+        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache)
+    bar.close()
+    out.seconds = round(time.perf_counter() - start, 3)
+    return out
+
+
+def _per_step(model, prompts, abl, stopper, batch_size, bar) -> GenerationOutput:
+    """No KV cache: each step re-runs every unfinished sequence whole, deciding the heads anew."""
+    generated: list[list[int]] = [[] for _ in prompts]
+    hooks, runner = [], None
+    if abl is not None:
+        abl.reset(model)
+        runner = HeadHookRunner(model, abl.on_layer, reads=abl.reads, seed=abl.seed)
+        hooks = runner.fwd_hooks()
+    stride = stopper.max_new
+    active = list(range(len(prompts)))
+    passes = 0
+    with installed(model, hooks), torch.inference_mode():
+        while active:
+            seqs = [prompts[i] + generated[i] for i in active]
+            for batch in make_batches(seqs, batch_size, device=model_device(model)):
+                members = [active[j] for j in batch.indices.tolist()]
+                if runner is not None:
+                    # One sequence id per (prompt, step): Random draws anew at every pass.
+                    ids = torch.tensor([i * stride + len(generated[i]) for i in members], dtype=torch.long)
+                    runner.set_batch(batch.valid, ids)
+                nxt = _last_logits(model, batch.tokens, batch.valid).argmax(dim=-1).tolist()
+                for i, t in zip(members, nxt):
+                    generated[i].append(int(t))
+                passes += len(members)
+            finished = [i for i in active if stopper.done(generated[i])]
+            bar.update(len(finished))
+            active = [i for i in active if i not in set(finished)]
+    out = GenerationOutput(generated, "per_step", False, n_forward_passes=passes)
+    if abl is not None:
+        out.realized_fraction = abl.stats.realized_fraction
+        out.realized_fraction_per_layer = abl.stats.realized_fraction_per_layer
+    return out
+
+
+def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAblation,
+                      batch_size: int = 8) -> Bool[Tensor, "prompt layer head"]:
+    """The heads ``ablation`` zeroes on each prompt (one right-padded pass, nothing after the last
+    layer's ``hook_z``), as ``[prompt, layer, head]`` flags; ``ablation.stats`` counts them."""
+    info = model_info(model)
+    ablation.reset(model)
+    runner = HeadHookRunner(model, ablation.on_layer, reads=ablation.reads, seed=ablation.seed,
+                            stop_after_last_layer=True)
+    with installed(model, runner.fwd_hooks()), torch.inference_mode():
+        for batch in make_batches(prompts, batch_size, device=model_device(model)):
+            runner.set_batch(batch.valid, batch.indices)
+            run_forward(model, batch.tokens, batch.valid, stop_early=True)
+    masks = ablation.stats.flagged_mask()
+    if masks.shape[0] < len(prompts):
+        masks = torch.cat([masks, torch.zeros((len(prompts) - masks.shape[0], info.n_layers, info.n_heads),
+                                              dtype=torch.bool)])
+    return masks
+
+
+def _held(model, prompts, abl, stopper, batch_size, bar, use_cache) -> GenerationOutput:
+    info = model_info(model)
+    masks = (decide_on_prompts(model, prompts, abl, batch_size) if abl is not None
+             else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
+    held = _HeldHeads(info.n_layers)
+    from transformer_lens import HookedTransformer
+
+    cached = use_cache and isinstance(model, HookedTransformer)
+    with installed(model, held.hooks()), torch.inference_mode():
+        if cached:
+            generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
+        else:
+            generated = _decode_uncached(model, prompts, masks, held, stopper, batch_size, bar)
+    tokens = [len(g) for g in generated]
+    out = GenerationOutput(generated, "prompt", cached, n_forward_passes=sum(tokens))
+    if abl is not None:
+        weights = torch.tensor(tokens, dtype=torch.float64)
+        flagged = masks.double().sum(dim=2)  # [prompt, layer]
+        total = weights.sum() * info.n_heads
+        out.realized_fraction = float((weights[:, None] * flagged).sum() / (total * info.n_layers))
+        out.realized_fraction_per_layer = ((weights[:, None] * flagged).sum(dim=0) / total).tolist()
+        out.realized_fraction_prompts = abl.stats.realized_fraction
+    out.savings = held_savings(model, prompts, masks, tokens)
+    return out
+
+
+def _decode_uncached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
+    """Held heads, no cache: every step re-runs each unfinished sequence whole."""
+    generated: list[list[int]] = [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    while active:
+        seqs = [prompts[i] + generated[i] for i in active]
+        for batch in make_batches(seqs, batch_size, device=model_device(model)):
+            members = [active[j] for j in batch.indices.tolist()]
+            held.masks = masks[members]
+            nxt = _last_logits(model, batch.tokens, batch.valid).argmax(dim=-1).tolist()
+            for i, t in zip(members, nxt):
+                generated[i].append(int(t))
+        finished = {i for i in active if stopper.done(generated[i])}
+        bar.update(len(finished))
+        active = [i for i in active if i not in finished]
+    return generated
+
+
+def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
+    """Held heads with TransformerLens's KV cache: batches of prompts left-padded and prefilled
+    once, then one token per step; a finished row leaves the batch (and its cache rows)."""
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    device = model_device(model)
+    generated: list[list[int]] = [[] for _ in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = max(len(prompts[i]) for i in rows)
+        tokens = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            n = len(prompts[i])
+            tokens[r, width - n:] = torch.tensor(prompts[i])
+            mask[r, width - n:] = 1
+        cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, len(rows))
+        held.masks = masks[rows]
+        # TransformerLens's own attention runs with a cache (the fast forward steps aside).
+        with attention_form(model, "eager"):
+            logits = model(tokens.to(device), attention_mask=mask.to(device), past_kv_cache=cache)
+            nxt = logits[:, -1].argmax(dim=-1)
+            while True:
+                keep = []
+                for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
+                    generated[i].append(int(t))
+                    if stopper.done(generated[i]):
+                        bar.update(1)
+                    else:
+                        keep.append(r)
+                if not keep:
+                    break
+                if len(keep) < len(rows):
+                    _keep_rows(cache, keep)
+                    rows = [rows[r] for r in keep]
+                    nxt = nxt[keep]
+                    held.masks = masks[rows]
+                step = torch.ones((len(rows), 1), dtype=torch.long, device=device)
+                logits = model(nxt[:, None], attention_mask=step, past_kv_cache=cache)
+                nxt = logits[:, -1].argmax(dim=-1)
+    return generated
+
+
+def _keep_rows(cache, keep: list[int]) -> None:
+    """Drop finished rows from a TransformerLens KV cache, in place."""
+    index = torch.tensor(keep, device=cache.previous_attention_mask.device)
+    for entry in cache.entries:
+        entry.past_keys = entry.past_keys[index]
+        entry.past_values = entry.past_values[index]
+    cache.previous_attention_mask = cache.previous_attention_mask[index]
+
+
+def held_savings(model, prompts: Sequence[Sequence[int]], masks: Bool[Tensor, "prompt layer head"],
+                 n_generated: Sequence[int]) -> dict[str, Any]:
+    """Estimated attention FLOPs and KV-cache bytes that held heads need not cost, per generated token.
+
+    A held query head needs no attention at decode: ``4 · d_head · keys`` FLOPs per token (the
+    ``q·k`` scores and the weighted sum of values over ``keys`` = the tokens before it). A KV
+    head whose whole query group is held needs no cache: ``2 · d_head · bytes`` per layer and
+    token (keys and values). "Estimated": TransformerLens computes them and zeroes the output.
+    """
+    info = model_info(model)
+    d_head, group = info.d_head, info.n_heads // info.n_kv_heads
+    elem = torch.tensor([], dtype=next(model.parameters()).dtype).element_size()
+    flops_saved = flops_all = 0.0
+    kv_saved = 0.0
+    tokens = 0
+    for mask, prompt, n in zip(masks, prompts, n_generated):
+        held_heads = int(mask.sum())
+        kv_off = int(mask.view(info.n_layers, info.n_kv_heads, group).all(dim=2).sum())
+        # Decode step k (k = 1..n-1) feeds generated token k-1 with len(prompt) + k keys.
+        keys = sum(len(prompt) + k for k in range(1, n))
+        flops_saved += 4.0 * d_head * keys * held_heads
+        flops_all += 4.0 * d_head * keys * info.n_layers * info.n_heads
+        kv_saved += 2.0 * d_head * elem * kv_off * n
+        tokens += n
+    kv_all = 2.0 * d_head * elem * info.n_layers * info.n_kv_heads
+    return {
+        "kind": "estimated",
+        "attention_flops_saved_per_token": flops_saved / tokens if tokens else 0.0,
+        "attention_flops_saved_fraction": flops_saved / flops_all if flops_all else 0.0,
+        "kv_cache_bytes_saved_per_token": kv_saved / tokens if tokens else 0.0,
+        "kv_cache_bytes_per_token": kv_all,
+        "kv_cache_saved_fraction": kv_saved / (kv_all * tokens) if tokens else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# GSM8K
+
+
+@dataclass
+class GenerationResult:
+    """GSM8K exact match (strict and flexible) with per-question generations and answers."""
+
+    task: str
+    accuracy: float  # exact match, strict-match filter (the paper's metric)
+    accuracy_flexible: float
+    n: int
+    correct: list[bool]
+    correct_flexible: list[bool]
+    generations: list[str]
+    answers: list[dict[str, str]]
+    golds: list[str]
+    decision: str = "prompt"
+    use_cache: bool = False
+    realized_fraction: float = 0.0
+    realized_fraction_per_layer: list[float] = field(default_factory=list)
+    realized_fraction_prompts: float | None = None
+    n_forward_passes: int = 0
+    n_generated_tokens: int = 0
+    savings: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def accuracy_percent(self) -> float:
+        return 100.0 * self.accuracy
+
+    @property
+    def accuracy_interval(self) -> Interval:
+        """Strict exact match in % with its 95 % bootstrap interval over the questions."""
+        return accuracy_interval(self.correct)
+
+    @property
+    def accuracy_flexible_interval(self) -> Interval:
+        return accuracy_interval(self.correct_flexible)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GenerationResult":
+        return cls(**d)
+
+    def __repr__(self) -> str:
+        zeroed = f", {100 * self.realized_fraction:.2f}% heads zeroed" if self.realized_fraction else ""
+        if not self.correct:
+            return f"GenerationResult({self.task}: no questions{zeroed})"
+        ci = self.accuracy_interval
+        return (f"GenerationResult({self.task} [{self.decision}]: exact match {ci.estimate:.2f}% "
+                f"[95% CI {ci.low:.1f}, {ci.high:.1f}] on n={self.n}{zeroed})")
+
+
+def evaluate_generation(
+    model,
+    task: str = "gsm8k",
+    *,
+    ablation=None,
+    decision: str = "per_step",
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    apply_chat_template: bool | None = None,
+    max_gen_toks: int | None = None,
+    use_cache: bool = True,
+    batch_size: int = 8,
+    progress: bool = True,
+    requests: Sequence[GenerationRequest] | None = None,
+) -> GenerationResult:
+    """GSM8K exact match of ``model``, optionally with heads zeroed (``ih.evaluate(model, "gsm8k")``).
+
+    Greedy, ``max_gen_toks`` (default 256) new tokens, lm-eval's stop strings plus the
+    tokenizer's EOS; the generation is cut at the first stop string, then lm-eval's strict
+    (``#### N``) and flexible (last number) filters extract the answer. ``decision`` as in
+    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.tasks.build_gsm8k_requests`.
+    """
+    if task != "gsm8k":
+        raise UserError(f"unknown generation task {task!r}; known: gsm8k")
+    info = model_info(model)
+    chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
+    if requests is None:
+        requests = build_gsm8k_requests(model.tokenizer, limit=limit, num_fewshot=num_fewshot,
+                                        apply_chat_template=chat, prepend_bos=info.prepend_bos)
+    max_new = GSM8K_MAX_GEN_TOKS if max_gen_toks is None else max_gen_toks
+    abl = _as_ablation(ablation)
+    until = requests[0].until if requests else ()
+    out = generate(model, [r.context_ids for r in requests], ablation=abl, decision=decision,
+                   max_new_tokens=max_new, until=until, use_cache=use_cache, batch_size=batch_size,
+                   progress=progress)
+    tokenizer = model.tokenizer
+    generations, answers, strict, flexible = [], [], [], []
+    for req, toks in zip(requests, out.tokens):
+        text = tokenizer.decode(toks, skip_special_tokens=True)
+        for stop in req.until:
+            text = text.split(stop)[0]
+        extracted = gsm8k_extract(text)
+        generations.append(text)
+        answers.append(extracted)
+        strict.append(gsm8k_exact_match(extracted["strict-match"], req.gold))
+        flexible.append(gsm8k_exact_match(extracted["flexible-extract"], req.gold))
+    n = len(requests)
+    return GenerationResult(
+        task=task,
+        accuracy=sum(strict) / n if n else 0.0,
+        accuracy_flexible=sum(flexible) / n if n else 0.0,
+        n=n,
+        correct=strict,
+        correct_flexible=flexible,
+        generations=generations,
+        answers=answers,
+        golds=[r.gold for r in requests],
+        decision=decision,
+        use_cache=out.use_cache,
+        realized_fraction=out.realized_fraction,
+        realized_fraction_per_layer=out.realized_fraction_per_layer,
+        realized_fraction_prompts=out.realized_fraction_prompts,
+        n_forward_passes=out.n_forward_passes,
+        n_generated_tokens=sum(len(t) for t in out.tokens),
+        savings=out.savings,
+        seconds=out.seconds,
+        config={
+            "model": info.name, "task": task, "limit": limit, "num_fewshot": num_fewshot,
+            "apply_chat_template": chat, "prepend_bos": info.prepend_bos, "max_gen_toks": max_new,
+            "decision": decision, "use_cache": use_cache, "batch_size": batch_size,
+            "ablation": abl.spec.to_dict() if abl is not None else None, "dtype": info.dtype,
+            "backend": info.backend, "toolkit_version": toolkit_version(),
+        },
+    )
