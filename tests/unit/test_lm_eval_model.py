@@ -197,9 +197,12 @@ def test_a_nan_in_a_zeroed_head_does_not_survive(model):
 
 
 def test_held_heads_in_generation_are_zeroed_by_masked_fill():
-    masks = torch.zeros(2, 3, dtype=torch.bool)
-    masks[1, 2] = True
-    hooks = dict(lmeval._held_mask_hooks(2, masks))
+    from inactive_heads.evaluation.generation import _HeldHeads
+
+    held = _HeldHeads(2)
+    held.masks = torch.zeros(1, 2, 3, dtype=torch.bool)  # [row, layer, head]
+    held.masks[0, 1, 2] = True
+    hooks = dict(held.hooks())
     z = torch.randn(1, 4, 3, 5)
     z[0, 1, 2, 0] = float("nan")
     z[0, 2, 2, 1] = float("inf")
