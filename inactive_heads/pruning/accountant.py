@@ -34,6 +34,7 @@ from torch import Tensor
 
 from ..core.errors import UserError
 from ..models.devices import resolve_dtype
+from ..scoring.calibration import Real
 from .static import check_fraction, check_heads
 
 KV_LENGTHS = (2048, 8192, 32768)
@@ -107,18 +108,18 @@ class ModelShape:
         embed = self.vocab_size * self.d_model
         return embed * (1 if self.tied_embeddings else 2) + self.n_layers * layer + self.d_model
 
-    def q_head_flops(self, attended: float) -> float:
-        return 4 * self.d_model * self.d_head + 4 * self.d_head * attended
+    def q_head_flops(self, attended: int | float) -> float:
+        return float(4 * self.d_model * self.d_head + 4 * self.d_head * attended)
 
     def kv_head_flops(self) -> float:
-        return 4 * self.d_model * self.d_head
+        return float(4 * self.d_model * self.d_head)
 
     def rest_flops(self) -> float:
         """FLOPs per token outside attention: MLPs and the LM head."""
         mlp = (3 if self.gated_mlp else 2) * self.d_model * self.d_mlp
-        return self.n_layers * 2 * mlp + 2 * self.d_model * self.vocab_size
+        return float(self.n_layers * 2 * mlp + 2 * self.d_model * self.vocab_size)
 
-    def flops_per_token(self, attended: float) -> float:
+    def flops_per_token(self, attended: int | float) -> float:
         return (self.n_layers * (self.n_heads * self.q_head_flops(attended) + self.n_kv_heads * self.kv_head_flops())
                 + self.rest_flops())
 
@@ -350,7 +351,7 @@ def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=No
     })
 
 
-def paper_projections(fraction: float, *, seq_len: int = 2048, dtype: torch.dtype | str = "bfloat16"):
+def paper_projections(fraction: Real, *, seq_len: int = 2048, dtype: torch.dtype | str = "bfloat16"):
     """Projected savings of removing ``fraction`` of the query heads of each of the paper's
     largest models (a pandas DataFrame, one row per model, ``projection=True``).
 

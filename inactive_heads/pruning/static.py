@@ -28,7 +28,7 @@ import torch
 
 from ..core.errors import MissingFileError, UserError
 from ..core.io import write_json_atomic
-from ..scoring.calibration import ScoresLike, calibrate, resolve_direction, score_tensor
+from ..scoring.calibration import Real, ScoresLike, calibrate, resolve_direction, score_tensor
 from ..scoring.scores import flag_inactive
 
 RULES = ("flag_rate", "mean")
@@ -124,8 +124,8 @@ def check_heads(heads, n_layers: int, n_heads: int) -> None:
         raise UserError(f"head {bad[0]} does not exist; layers are 0..{n_layers - 1}, heads 0..{n_heads - 1}")
 
 
-def check_fraction(fraction) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (0.0 < float(fraction) < 1.0):
+def check_fraction(fraction: Real) -> float:
+    if isinstance(fraction, bool) or not isinstance(fraction, Real) or not (0.0 < float(fraction) < 1.0):
         raise UserError(f"fraction must lie strictly between 0 and 1 (e.g. 0.3 for 30 % of heads); got {fraction!r}")
     return float(fraction)
 
@@ -133,7 +133,7 @@ def check_fraction(fraction) -> float:
 def static_heads(
     head_scores: ScoresLike,
     key: str,
-    fraction: float,
+    fraction: Real,
     *,
     rule: str = "flag_rate",
     direction: str | None = None,
