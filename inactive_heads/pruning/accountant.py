@@ -316,8 +316,7 @@ def savings(model, heads, *, seq_len: int = 2048, dtype: torch.dtype | str | Non
     )
 
 
-def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=None,
-                   dtype: torch.dtype | str | None = None):
+def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=None):
     """Per input of a dynamic run, what an oracle that skipped that input's flagged heads would save.
 
     ``flagged`` is the run's ``[sequence, layer, head]`` mask (``ablation.stats.flagged_mask()``).
