@@ -81,10 +81,8 @@ def _check_layout(config, arch: str, mode: str) -> tuple[int, int, int]:
     allowed = PRUNED_CLASSES if mode == "pruned" else ZEROABLE
     if arch not in allowed:
         what = "pruned (heads removed)" if mode == "pruned" else "zeroed"
-        raise UserError(
-            f"{arch} cannot be exported {what}; supported: {', '.join(allowed)}"
-            + ("; mode='zeroed' covers more families" if mode == "pruned" else "")
-        )
+        hint = "; mode='zeroed' covers more families" if mode == "pruned" else ""
+        raise UserError(f"{arch} cannot be exported {what}; supported: {', '.join(allowed)}{hint}")
     n_heads, n_kv = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
     return n_heads, n_kv, d_head
