@@ -15,7 +15,7 @@ import inactive_heads as ih
 from inactive_heads.cli import main
 from tiny import TINY_VOCAB, save_tiny_family
 
-FAMILIES = ("llama-3.1", "qwen2.5-untied")
+FAMILIES = ("llama-3.2", "qwen2.5-untied")  # tied and untied embeddings
 D_HEAD = 16
 # layer 0: group 0 whole (KV head 0 goes); layer 1: one head of group 0 (KV stays, uneven groups);
 # layer 2: every head (no attention left).
