@@ -9,7 +9,7 @@ Steps, all in one run:
 3. check it: on PIQA questions 0..``--check``-1 (held out from step 1), the export's answer
    log-likelihoods, computed with lm-eval's HF-backend arithmetic, against the toolkit's
    ``StaticAblation`` of the same heads; parameter counts against the accountant;
-4. time it: the same ``--batch`` × ``--seq-len`` LAMBADA tokens through both models' plain forward,
+4. time it: the same ``--batch`` × ``--seq-len`` LAMBADA tokens (passages joined) through both models' plain forward,
    interleaved round after round (load on a shared machine falls on both alike); the fastest
    round of each counts. ``ratio_prefill_tps_pruned_vs_dense`` = dense seconds / pruned seconds.
 
@@ -89,9 +89,12 @@ def main():
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     params_removed = n_params(dense) - n_params(pruned)
 
-    passages = lambada_passages(args.batch, tokenizer=model.tokenizer, min_tokens=args.seq_len,
-                                max_tokens=args.seq_len)
-    tokens = torch.tensor(passages)
+    # LAMBADA passages are short: join them into one stream and cut it into batch rows.
+    stream = [t for passage in lambada_passages(400, tokenizer=model.tokenizer) for t in passage]
+    need = args.batch * args.seq_len
+    if len(stream) < need:
+        raise SystemExit(f"only {len(stream)} LAMBADA tokens; lower --batch or --seq-len")
+    tokens = torch.tensor(stream[:need]).reshape(args.batch, args.seq_len)
     times = {"dense": [], "pruned": []}
     with torch.inference_mode():
         for name, m in (("dense", dense), ("pruned", pruned)):
