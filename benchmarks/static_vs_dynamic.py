@@ -49,6 +49,7 @@ def main():
     scores = ih.record_scores(model, [plan.inputs[i] for i in cal], args.scores, progress=False)
     baseline = ih.evaluate(model, held_out, progress=False)
     base = [100.0 * c for c in baseline.correct]
+    print(f"baseline {baseline.accuracy_percent:.1f} % ({time.perf_counter() - start:.0f} s)", flush=True)
     curves, realized = {}, {}
     for key in args.scores:
         thresholds = ih.calibrate(scores, key, args.fractions)

@@ -263,3 +263,13 @@ def test_cli_export_from_a_head_file_and_from_scores(tiny_dir, tmp_path, capsys)
     assert "needs --score KEY and --fraction F" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["export", "--model", str(tiny_dir), "--heads", str(heads), "--fraction", "1.2", "--out", "x"])
+
+
+def test_model_shape_round_trips_to_json_and_reads_a_hooked_transformer():
+    from inactive_heads.pruning import model_shape
+    from tiny import tiny_gqa_model
+
+    shape = model_shape("Qwen/Qwen2.5-14B")
+    assert ih.ModelShape.from_dict(json.loads(json.dumps(shape.to_dict()))) == shape
+    tiny = model_shape(tiny_gqa_model())  # no checkpoint behind it: read from the TransformerLens config
+    assert (tiny.n_layers, tiny.n_heads, tiny.n_kv_heads, tiny.d_head, tiny.d_mlp) == (3, 6, 2, 8, 64)
