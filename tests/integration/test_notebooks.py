@@ -24,11 +24,12 @@ PLOTLY = "application/vnd.plotly.v1+json"
 TIMEOUT_S = 600  # per cell
 
 
-def test_the_three_notebooks_exist():
+def test_the_four_notebooks_exist():
     assert NOTEBOOKS == [
         "01_explore_heads.ipynb",
         "02_custom_scores_and_ablation_hooks.ipynb",
         "03_reproduce_the_paper.ipynb",
+        "04_static_heads_and_pruning.ipynb",
     ]
 
 
@@ -131,3 +132,16 @@ def test_03_reproduce_the_paper():
     assert abs(acc * n / 100 - round(acc * n / 100)) < 0.01 and low <= acc <= high
     assert n_figures(nb) >= 1
     assert n_tables(nb) >= 3  # run records, the summary table, the official thresholds
+
+
+def test_04_static_heads_and_pruning():
+    nb = execute("04_static_heads_and_pruning.ipynb")
+    no_errors(nb)
+    text = stdout(nb)
+    assert "30 layers x 9 query heads (3 KV heads)" in text
+    assert "static AHON (LN) set: 81 heads" in text
+    diff = float(re.search(r"max \|logit difference\| vs StaticAblation: ([\d.e+-]+)", text).group(1))
+    assert diff <= 1e-4
+    assert re.search(r"parameters removed: (\d+) \(accountant: \1\); equal: True", text)
+    assert n_figures(nb) >= 1
+    assert n_tables(nb) >= 3  # static vs dynamic, the savings table, the projections

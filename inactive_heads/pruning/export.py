@@ -1,0 +1,199 @@
+"""Write a checkpoint without some heads, loadable by plain ``transformers`` and lm-eval.
+
+Two modes (docs/pruning.md):
+
+- ``"zeroed"``: the same architecture, with the input columns of ``o_proj`` (W_O) that belong to
+  each removed head set to 0. Every tool loads it unchanged; nothing is faster.
+- ``"pruned"``: the heads are physically removed: their ``q_proj`` rows (and bias) and ``o_proj``
+  columns; a key/value head's ``k_proj``/``v_proj`` rows only when every query head of its group
+  is removed; a layer with no head left keeps no attention (and no input norm). The folder
+  carries its own modeling file (``modeling_pruned_heads.py``, named in ``config.json``'s
+  ``auto_map``), so ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``
+  loads it offline. Llama and Qwen2 families only.
+
+Both equal the toolkit's :class:`~inactive_heads.StaticAblation` of the same heads: zeroing head
+h at ``hook_z`` is zeroing its W_O columns, and a removed head (or a key/value head no kept query
+reads) contributes nothing else.
+"""
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.errors import UserError
+from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
+from .static import check_heads
+
+MODES = ("zeroed", "pruned")
+MODELING_FILE = "modeling_pruned_heads.py"
+# architecture -> the class in modeling_pruned_heads.py
+PRUNED_CLASSES = {
+    "LlamaForCausalLM": "PrunedLlamaForCausalLM",
+    "Qwen2ForCausalLM": "PrunedQwen2ForCausalLM",
+}
+# Architectures whose attention has one q/k/v/o_proj per layer with heads as contiguous d_head
+# slices (zeroing W_O columns is then exactly zeroing a head).
+ZEROABLE = (*PRUNED_CLASSES, "MistralForCausalLM", "Olmo2ForCausalLM", "Gemma2ForCausalLM",
+            "Gemma3ForCausalLM", "Phi3ForCausalLM")
+
+
+def source_dir(model) -> Path:
+    """The Hugging Face directory a model came from: a model from ``load_model``, a built-in
+    alias, or a local directory."""
+    if isinstance(model, (str, os.PathLike)):
+        return resolve_model_dir(str(model), progress=False)[0]
+    info = getattr(model, "inactive_heads_info", None)
+    if info is not None and (Path(info.source) / "config.json").is_file():
+        return Path(info.source)
+    raise UserError(
+        "export needs the checkpoint the model was loaded from; pass a model from ih.load_model, "
+        "a built-in alias (e.g. 'smollm2-135m') or a local Hugging Face directory"
+    )
+
+
+def _heads_by_layer(heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int) -> list[list[int]]:
+    pairs = sorted({(int(l), int(h)) for l, h in heads})
+    check_heads(pairs, n_layers, n_heads)
+    out: list[list[int]] = [[] for _ in range(n_layers)]
+    for l, h in pairs:
+        out[l].append(h)
+    return out
+
+
+def kept_heads(removed: list[list[int]], n_heads: int, n_kv_heads: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Per layer: the query heads kept, and the key/value heads still read by a kept query head."""
+    group = n_heads // n_kv_heads
+    kept_q = [[h for h in range(n_heads) if h not in set(r)] for r in removed]
+    kept_kv = [sorted({h // group for h in q}) for q in kept_q]
+    return kept_q, kept_kv
+
+
+def _rows(d_head: int, heads: list[int]) -> torch.Tensor:
+    return torch.cat([torch.arange(h * d_head, (h + 1) * d_head) for h in heads]) if heads else torch.zeros(0, dtype=torch.long)
+
+
+def _check_layout(config, arch: str, mode: str) -> tuple[int, int, int]:
+    allowed = PRUNED_CLASSES if mode == "pruned" else ZEROABLE
+    if arch not in allowed:
+        what = "pruned (heads removed)" if mode == "pruned" else "zeroed"
+        hint = "; mode='zeroed' covers more families" if mode == "pruned" else ""
+        raise UserError(f"{arch} cannot be exported {what}; supported: {', '.join(allowed)}{hint}")
+    n_heads, n_kv = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    return n_heads, n_kv, d_head
+
+
+def pruned_state_dict(state: dict[str, torch.Tensor], removed: list[list[int]], n_heads: int, n_kv_heads: int,
+                      d_head: int) -> dict[str, torch.Tensor]:
+    """The weights of the pruned model from the dense model's ``state_dict`` (Llama/Qwen2 names)."""
+    kept_q, kept_kv = kept_heads(removed, n_heads, n_kv_heads)
+    out = dict(state)
+    for layer, (q, kv) in enumerate(zip(kept_q, kept_kv)):
+        prefix = f"model.layers.{layer}."
+        attn = prefix + "self_attn."
+        if not q:
+            for name in [k for k in out if k.startswith(attn)]:
+                bias = out.pop(name)
+                if name == attn + "o_proj.bias":
+                    out[attn + "o_bias"] = bias
+            out.pop(prefix + "input_layernorm.weight", None)
+            continue
+        rows_q, rows_kv = _rows(d_head, q), _rows(d_head, kv)
+        for name, rows in (("q_proj", rows_q), ("k_proj", rows_kv), ("v_proj", rows_kv)):
+            out[attn + f"{name}.weight"] = state[attn + f"{name}.weight"][rows].clone()
+            if attn + f"{name}.bias" in state:
+                out[attn + f"{name}.bias"] = state[attn + f"{name}.bias"][rows].clone()
+        out[attn + "o_proj.weight"] = state[attn + "o_proj.weight"][:, rows_q].clone()
+    return out
+
+
+def export_pruned(
+    model,
+    heads: Iterable[tuple[int, int]],
+    out_dir: str | os.PathLike,
+    *,
+    mode: str = "pruned",
+    dtype: torch.dtype | str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the checkpoint of ``model`` without ``heads`` to ``out_dir``; returns the folder.
+
+    >>> hs = ih.static_heads(scores, "ahon_ln", 0.3)                             # doctest: +SKIP
+    >>> ih.export_pruned(model, hs, "smollm2-pruned", mode="pruned")             # doctest: +SKIP
+    >>> AutoModelForCausalLM.from_pretrained("smollm2-pruned", trust_remote_code=True)  # doctest: +SKIP
+
+    ``model`` is a model from :func:`~inactive_heads.load_model` (its checkpoint is read again
+    from where it was loaded), a built-in alias or a local Hugging Face directory. ``heads`` is a
+    :class:`HeadSet` or (layer, head) pairs. ``mode`` is ``"zeroed"`` or ``"pruned"`` (module
+    docstring). ``dtype`` defaults to the checkpoint's own. The tokenizer and generation config
+    travel with it; ``export_info.json`` records what was removed.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if mode not in MODES:
+        raise UserError(f"unknown export mode {mode!r}; use 'zeroed' or 'pruned'")
+    src = source_dir(model)
+    config = read_hf_config(src)
+    arch = architecture_of(config)
+    n_heads, n_kv, d_head = _check_layout(config, arch, mode)
+    removed = _heads_by_layer(heads, config.num_hidden_layers, n_heads)
+    if not any(removed):
+        raise UserError("no head to remove; pass at least one (layer, head)")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise UserError(f"'{out}' exists and is not empty; choose another folder or pass overwrite=True")
+        shutil.rmtree(out)
+    load_dtype = "auto" if dtype is None else dtype
+    hf = AutoModelForCausalLM.from_pretrained(src, dtype=load_dtype, attn_implementation="eager")
+    info: dict[str, Any] = {
+        "mode": mode,
+        "source": str(src),
+        "architecture": arch,
+        "removed_heads": [[l, h] for l, hs in enumerate(removed) for h in hs],
+        "n_removed_query_heads": sum(len(r) for r in removed),
+    }
+    if hasattr(heads, "to_dict"):
+        info["head_set"] = heads.to_dict()
+    if mode == "zeroed":
+        with torch.no_grad():
+            for layer, hs in enumerate(removed):
+                if hs:
+                    hf.model.layers[layer].self_attn.o_proj.weight[:, _rows(d_head, hs)] = 0.0
+        hf.save_pretrained(out)
+    else:
+        kept_q, kept_kv = kept_heads(removed, n_heads, n_kv)
+        state = pruned_state_dict(hf.state_dict(), removed, n_heads, n_kv, d_head)
+        cfg = hf.config
+        cls_name = PRUNED_CLASSES[arch]
+        cfg.kept_query_heads = kept_q
+        cfg.kept_kv_heads = kept_kv
+        cfg.num_attention_heads_per_layer = [len(q) for q in kept_q]
+        cfg.num_key_value_heads_per_layer = [len(kv) for kv in kept_kv]
+        cfg.architectures = [cls_name]
+        cfg.auto_map = {"AutoModelForCausalLM": f"{Path(MODELING_FILE).stem}.{cls_name}"}
+        from . import modeling_pruned_heads
+
+        pruned = getattr(modeling_pruned_heads, cls_name)(cfg)
+        pruned.to(next(hf.parameters()).dtype)
+        missing, unexpected = pruned.load_state_dict(state, strict=False)
+        tied = {"lm_head.weight"} if getattr(cfg, "tie_word_embeddings", False) else set()
+        if set(missing) - tied or unexpected:
+            raise RuntimeError(f"pruned weights do not fit the pruned model: missing {missing}, unexpected {unexpected}")
+        if tied:
+            pruned.tie_weights()
+        pruned.generation_config = hf.generation_config
+        pruned.eval()
+        pruned.save_pretrained(out)
+        shutil.copyfile(Path(modeling_pruned_heads.__file__), out / MODELING_FILE)
+        info["kept_query_heads"] = kept_q
+        info["kept_kv_heads"] = kept_kv
+        info["n_removed_kv_heads"] = sum(n_kv - len(kv) for kv in kept_kv)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    (out / "export_info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return out
