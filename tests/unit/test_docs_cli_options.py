@@ -184,5 +184,6 @@ def test_the_checker_catches_each_kind_of_mismatch(tmp_path):
     assert "cli.md:5: `--tolerance` is listed for report; the parser has it in grid, report" in text
     assert "cli.md:5: `--tolerance` in report: the table says default '2', the parser 1.0" in text
     assert "cli.md:6: `--out` in sweep: the table says not required, the parser required" in text
+    assert "cli.md:6: `--out` is listed for score, calibrate, sweep, demo; the parser has it in calibrate, demo, export, score, sweep" in text
     assert "cli.md:7: `--frobnicate` is not an option of any subcommand" in text
-    assert len(problems) == 7, text
+    assert len(problems) == 8, text
