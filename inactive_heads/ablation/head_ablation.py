@@ -419,3 +419,17 @@ def zero_heads_hook(heads: Iterable[int]):
         return z
 
     return hook
+
+
+def as_ablation(ablation) -> "HeadAblation | None":
+    """``None``, a :class:`HeadAblation`, an :class:`AblationSpec` or its dict form, as a HeadAblation."""
+    if ablation is None or isinstance(ablation, HeadAblation):
+        return ablation
+    if isinstance(ablation, AblationSpec):
+        return ablation.build()
+    if isinstance(ablation, dict):
+        return AblationSpec.from_dict(ablation).build()
+    raise TypeError(
+        f"ablation must be None, a HeadAblation (StaticAblation/DynamicAblation/RandomAblation) "
+        f"or an AblationSpec, got {type(ablation).__name__}"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
@@ -221,19 +221,6 @@ class EvalResult:
         ci = self.accuracy_interval
         return (f"EvalResult({self.task}: accuracy {ci.estimate:.2f}% "
                 f"[95% CI {ci.low:.1f}, {ci.high:.1f}] on n={self.n}{zeroed})")
-
-
-def _as_ablation(ablation) -> HeadAblation | None:
-    if ablation is None or isinstance(ablation, HeadAblation):
-        return ablation
-    if isinstance(ablation, AblationSpec):
-        return ablation.build()
-    if isinstance(ablation, dict):
-        return AblationSpec.from_dict(ablation).build()
-    raise TypeError(
-        f"ablation must be None, a HeadAblation (StaticAblation/DynamicAblation/RandomAblation) "
-        f"or an AblationSpec, got {type(ablation).__name__}"
-    )
 
 
 def _logits_at(model, tokens, valid, rows, positions):
@@ -494,7 +481,7 @@ def evaluate(
             raise UserError(f"{task} is a generation task: subjects, source, record, reuse_prefix and "
                             "attention apply to log-likelihood tasks only; leave them unset")
         return evaluate_generation(
-            model, task, ablation=_as_ablation(ablation), decision=decision or "per_step", limit=limit,
+            model, task, ablation=as_ablation(ablation), decision=decision or "per_step", limit=limit,
             num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
             batch_size=batch_size, progress=progress,
         )
@@ -504,7 +491,7 @@ def evaluate(
         model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
         apply_chat_template=apply_chat_template, source=source,
     )
-    abl = _as_ablation(ablation)
+    abl = as_ablation(ablation)
     info = model_info(model)
     bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)

@@ -32,7 +32,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
@@ -48,16 +48,6 @@ from .tasks import (
 )
 
 DECISIONS = ("per_step", "prompt")
-
-
-def _as_ablation(ablation) -> HeadAblation | None:
-    if ablation is None or isinstance(ablation, HeadAblation):
-        return ablation
-    if isinstance(ablation, AblationSpec):
-        return ablation.build()
-    if isinstance(ablation, dict):
-        return AblationSpec.from_dict(ablation).build()
-    raise TypeError(f"ablation must be None, a HeadAblation or an AblationSpec, got {type(ablation).__name__}")
 
 
 @dataclass
@@ -174,7 +164,7 @@ def generate(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch_size must be a positive integer, got {batch_size!r}")
     prompts = _check_prompts(model, prompts, max_new_tokens)
-    abl = _as_ablation(ablation)
+    abl = as_ablation(ablation)
     tokenizer = getattr(model, "tokenizer", None)
     if until and tokenizer is None:
         raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
@@ -463,7 +453,7 @@ def evaluate_generation(
         requests = build_gsm8k_requests(model.tokenizer, limit=limit, num_fewshot=num_fewshot,
                                         apply_chat_template=chat, prepend_bos=info.prepend_bos)
     max_new = GSM8K_MAX_GEN_TOKS if max_gen_toks is None else max_gen_toks
-    abl = _as_ablation(ablation)
+    abl = as_ablation(ablation)
     until = requests[0].until if requests else ()
     out = generate(model, [r.context_ids for r in requests], ablation=abl, decision=decision,
                    max_new_tokens=max_new, until=until, use_cache=use_cache, batch_size=batch_size,

@@ -86,6 +86,10 @@ class Thresholds:
         """``[(p, τ_p), ...]`` in the stored order."""
         return list(self)
 
+    def has(self, p: Real) -> bool:
+        """Whether ``p`` is one of ``quantiles`` (up to 1e-9, the one matching rule)."""
+        return any(abs(q - p) <= 1e-9 for q in self.quantiles)
+
     def at(self, p: Real) -> float:
         """τ for nominal fraction ``p`` (which must be one of ``quantiles``, up to 1e-9)."""
         for q, v in self:

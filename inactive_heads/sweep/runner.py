@@ -37,11 +37,12 @@ from ..ablation.head_ablation import AblationSpec
 from ..analysis.tables import BASELINE
 from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_thresholds
 from ..core.io import write_json_atomic
+from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
 from ..scoring.scores import PAPER_SCORES, get_score
 from ..core.errors import MissingFileError, UserError
 
-DTYPES = ("float32", "bfloat16", "float16", "auto")
+DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
 EXECUTORS = ("local", "ray")
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
@@ -225,7 +226,7 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
     if config.thresholds.startswith("official:"):
         model_name = config.thresholds.split(":", 1)[1]
         t = official_thresholds(model_name, config.task, key)
-        missing = [q for q in config.quantiles if all(abs(q - p) > 1e-9 for p in t.quantiles)]
+        missing = [q for q in config.quantiles if not t.has(q)]
         if missing:
             raise UserError(f"no official threshold at p={missing[0]!r} for '{key}' of {model_name}; "
                              f"official thresholds exist for p in {list(t.quantiles)}")

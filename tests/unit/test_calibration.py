@@ -180,3 +180,9 @@ def test_official_models_and_errors():
         official_thresholds("gpt2", "mmlu", "awft")
     with pytest.raises(ValueError, match="no official thresholds for score 'fho'"):
         official_thresholds("meta-llama/Llama-3.2-3B", "mmlu", "fho")
+
+
+def test_has_matches_a_quantile_up_to_1e_9_and_nothing_else():
+    t = Thresholds("awft", (0.1, 0.3), (0.5, 0.7), "below")
+    assert t.has(0.1) and t.has(0.3 + 5e-10)
+    assert not t.has(0.2) and not t.has(0.1 + 1e-8)
