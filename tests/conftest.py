@@ -28,6 +28,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest  # noqa: E402
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+# A user module for the Ray test, imported by that test alone: collecting it (--doctest-modules
+# imports every module under testpaths) would register its score for the whole session.
+collect_ignore = ["integration/ray_user_scores.py"]
 MODEL_FIXTURES = ("smollm2_hooked", "smollm2_bridge")
 
 

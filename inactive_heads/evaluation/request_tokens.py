@@ -39,6 +39,10 @@ def plain_tokenizer(model):
 class RequestTokenizer:
     """Tokenizes lm-eval requests for ``model`` as lm-eval's ``HFLM`` does (needs lm-eval)."""
 
+    #: read by lm-eval's ``TemplateLM._encode_pair``: a decoder-only model encodes context and
+    #: continuation together, then splits them
+    backend = "causal"
+
     def __init__(self, model: Any, *, add_bos_token: bool | None = None, max_length: int | None = None):
         self.info = model_info(model)
         self.tokenizer = plain_tokenizer(model)

@@ -5,6 +5,7 @@ import torch
 from reference_scores import reference_scores
 
 import inactive_heads as ih
+from inactive_heads.scoring.scores import APPENDIX_SCORES
 
 TEXTS = [
     "The following are multiple choice questions (with answers) about anatomy.",
@@ -14,7 +15,8 @@ TEXTS = [
     "In 1905 Einstein published four papers that changed physics: on the photoelectric effect, "
     "Brownian motion, special relativity and the equivalence of mass and energy.",
 ]
-REFERENCE_KEYS = [k for k in ih.score_keys() if k != "random"]
+# The built-in scores (a score registered by other test code is not this file's to check).
+REFERENCE_KEYS = [k for k in (*ih.PAPER_SCORES, *APPENDIX_SCORES) if k != "random"]
 
 
 @pytest.fixture(scope="module")
