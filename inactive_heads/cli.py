@@ -113,13 +113,16 @@ def _positive_int(text: str) -> int:
 
 
 def _quantile(text: str) -> float:
+    from .scoring.calibration import check_quantiles
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"quantiles must be in [0, 1), got {value}")
-    return value
+    try:
+        return check_quantiles([value])[0]
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,8 +23,9 @@ from torch import Tensor
 
 from ..core.errors import UserError
 from ..models.loading import model_info
+from ..runtime.deferred import DeferredCopies
 from ..runtime.hook_registry import installed
-from ..runtime.hooks import HeadHookRunner
+from ..runtime.hooks import HeadHookRunner, zero_heads
 from ..scoring.scores import LayerActivations, get_score, layer_reads
 
 
@@ -100,9 +101,9 @@ class AblationStats:
     n_sequences: int = 0
     flagged_per_layer: Tensor = field(default=None)  # [layer], int64
     masks: dict[int, Bool[Tensor, "layer head"]] = field(default_factory=dict)
-    # Flags not yet brought to the host: groups (one per batch) of (layer, sequence ids, flags,
-    # non-finite-score flag or None, score key).
-    _pending: list = field(default_factory=list, repr=False)
+    # Flags not yet brought to the host: per layer, the flags and the non-finite-score flag in one
+    # tensor, with (flags shape, score key).
+    _pending: DeferredCopies = field(default_factory=DeferredCopies, repr=False)
 
     def __post_init__(self):
         if self.flagged_per_layer is None:
@@ -113,35 +114,28 @@ class AblationStats:
         """Record one layer's flags for a batch (kept on the device until :meth:`flush`)."""
         if layer == 0:
             self.n_sequences += flags.shape[0]
-        if layer == 0 or not self._pending:
-            self._pending.append([])
-        self._pending[-1].append((layer, sequence_ids, flags, nonfinite, what))
+        bad = torch.zeros((), dtype=torch.bool, device=flags.device) if nonfinite is None else nonfinite
+        value = torch.cat([flags.reshape(-1), bad.to(device=flags.device, dtype=torch.bool).reshape(1)])
+        self._pending.add(layer, sequence_ids, value, (tuple(flags.shape), what))
 
     def flush(self) -> None:
         """Bring pending flags to the host, one copy per batch; raise if a score was not finite."""
-        groups, self._pending = self._pending, []
-        for group in groups:
-            device = group[0][2].device
-            flags = torch.stack([f.to(device) for _, _, f, _, _ in group])  # [layer entry, batch, head]
-            nonfinite = torch.stack([
-                b.to(device) if b is not None else torch.zeros((), dtype=torch.bool, device=device)
-                for _, _, _, b, _ in group
-            ])
-            host = torch.cat([flags.flatten(1), nonfinite[:, None]], dim=1).cpu()  # the one copy
-            for (layer, _, _, _, what), bad in zip(group, host[:, -1].tolist()):
+        for batch in self._pending.drain():
+            for layer, bad, (_, what) in zip(batch.layers, batch.values[:, -1].tolist(), batch.extras):
                 if bad:
                     raise FloatingPointError(
                         f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32"
                     )
-            host = host[:, :-1].reshape(flags.shape)
-            layers = [layer for layer, *_ in group]
+            host = batch.values[:, :-1].reshape(len(batch.layers), *batch.extras[0][0])  # [layer entry, batch, head]
             # out of place: the counts may have been made under torch.inference_mode() and read outside it
-            self.flagged_per_layer = self.flagged_per_layer.index_add(0, torch.tensor(layers), host.sum(dim=(1, 2)))
-            for row, seq in enumerate(group[0][1].tolist()):
+            self.flagged_per_layer = self.flagged_per_layer.index_add(
+                0, torch.tensor(batch.layers), host.sum(dim=(1, 2))
+            )
+            for row, seq in enumerate(batch.sequence_ids.tolist()):
                 mask = self.masks.get(seq)
                 if mask is None:
                     mask = self.masks[seq] = torch.zeros((self.n_layers, self.n_heads), dtype=torch.bool)
-                mask[layers] = host[:, row]
+                mask[batch.layers] = host[:, row]
 
     @property
     def realized_fraction(self) -> float:
@@ -289,8 +283,7 @@ class HeadAblation:
 
     def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:
         flags = self.flags_for(acts)
-        # masked_fill, not a multiply by 0/1: a NaN or inf in a zeroed head must not survive.
-        return acts.z.masked_fill(flags[:, None, :, None], 0.0)
+        return zero_heads(acts.z, flags)
 
     def runner(self, model) -> HeadHookRunner:
         if self._stats is None:

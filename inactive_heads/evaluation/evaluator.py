@@ -371,18 +371,30 @@ def _run_shared(model, plan: EvalPlan, run: PlanPass, shared: SharedPrefix, memb
         bar.update(len(indices))
 
 
+def resolve_attention(attention: str, *, exact: bool) -> str:
+    """The attention form a pass runs in; the one meaning of ``"auto"``, for ``evaluate`` and sweeps.
+
+    ``"auto"`` is the exact form (TransformerLens's operations, the mask built once per forward)
+    for a pass that must share arithmetic with zeroed or recorded passes (``exact=True``: it zeroes
+    heads, records scores, or — every pass of a sweep — is compared with such passes, so that p = 0
+    equals the baseline to the bit), and PyTorch's fused kernel otherwise. Any other mode is kept.
+
+    >>> resolve_attention("auto", exact=True), resolve_attention("auto", exact=False), resolve_attention("eager", exact=False)
+    ('exact', 'fast', 'eager')
+    """
+    if attention not in ATTENTION_MODES:
+        raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
+    if attention != "auto":
+        return attention
+    return "exact" if exact else "fast"
+
+
 def _run_all(model, plan: EvalPlan, run: PlanPass, batch_size: int, bar, reuse_prefix: bool,
              attention: str) -> dict[str, Any]:
     """Score every plan input; with ``reuse_prefix``, inputs sharing a long prefix (an MMLU
     subject's few-shot examples) run against one cached prefix (:class:`SharedPrefix`). Returns
     what the reuse did."""
-    if attention not in ATTENTION_MODES:
-        raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
-    if attention == "auto":
-        # A plain pass computes no score: the fused kernel. Anything that zeroes heads or records
-        # scores keeps TransformerLens's exact arithmetic, so in-pass scores equal record_scores's
-        # to the bit and a run that zeroes nothing equals the unablated exact pass.
-        attention = "fast" if run.recorder is None and run.ablation is None else "exact"
+    attention = resolve_attention(attention, exact=run.recorder is not None or run.ablation is not None)
     every = list(range(len(plan.inputs)))
     with attention_form(model, attention) as fast, torch.inference_mode():
         reuse = fast and reuse_prefix and supports_prefix_reuse(model, run.ablation)

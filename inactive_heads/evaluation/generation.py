@@ -37,7 +37,7 @@ from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..runtime.fast_attention import attention_form
-from ..runtime.hooks import HeadHookRunner, hook_name, installed, make_batches, model_device, run_forward
+from ..runtime.hooks import HeadHookRunner, hook_name, installed, make_batches, model_device, run_forward, zero_heads
 from ..scoring.recording import toolkit_version
 from .tasks import (
     GSM8K_MAX_GEN_TOKS,
@@ -75,8 +75,7 @@ class _HeldHeads:
     def hooks(self) -> list:
         def make(layer: int):
             def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
-                # masked_fill, never a multiply: a NaN or inf in a held head must not survive.
-                return z.masked_fill(self.masks[:, layer].to(z.device)[:, None, :, None], 0.0)
+                return zero_heads(z, self.masks[:, layer])
 
             return hook
 

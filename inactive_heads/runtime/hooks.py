@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .fast_attention import attention_form
@@ -108,6 +108,18 @@ before each forward; without it every position counts as real.
                 hooks.append((hook_name(layer, "pattern"), self._hold("pattern")))
             hooks.append((hook_name(layer, "z"), self._at_z(layer)))
         return hooks
+
+
+def zero_heads(z: Float[Tensor, "batch pos head d_head"], flags: Bool[Tensor, "batch head"]) -> Tensor:
+    """``z`` with the flagged heads of each row set to 0: the one zeroing of the toolkit.
+
+    ``masked_fill``, never a multiply by 0/1, so a NaN or inf in a zeroed head does not survive.
+
+    >>> z = torch.tensor([[[[1.0], [float("nan")]]]])  # batch 1, pos 1, heads 2, d_head 1
+    >>> zero_heads(z, torch.tensor([[False, True]])).flatten().tolist()
+    [1.0, 0.0]
+    """
+    return z.masked_fill(flags.to(z.device)[:, None, :, None], 0.0)
 
 
 def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = False,

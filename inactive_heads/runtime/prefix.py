@@ -34,7 +34,7 @@ from torch import Tensor
 
 from .fast_attention import PrefixKV, state_of, supports_fast_attention
 from .hook_registry import installed, read_only
-from .hooks import LayerCallback, StopForward
+from .hooks import LayerCallback, StopForward, zero_heads
 from .activations import LayerActivations
 
 @dataclass
@@ -240,7 +240,7 @@ class SharedPrefix:
                 if out is not None:
                     flags = out
             self._flags = flags
-            return None if flags is None else z.masked_fill(flags[:, None, :, None].to(z.device), 0.0)
+            return None if flags is None else zero_heads(z, flags)
 
         return hook
 
@@ -283,7 +283,7 @@ class SharedPrefix:
     def _child(self, node: _Node, flags: Tensor | None) -> _Node:
         """The prefix entering the next layer when ``flags`` (``[head]``, or None) are zeroed at
         ``node.layer``: that layer's W_O and the rest of its block, from the cached z."""
-        z = node.z if flags is None else node.z.masked_fill(flags[None, None, :, None], 0.0)
+        z = node.z if flags is None else zero_heads(node.z, flags[None])
         self._state.z_override = z
         try:
             resid = self._run_layer(node.resid, node.layer, self._ones)

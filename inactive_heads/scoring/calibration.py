@@ -160,13 +160,28 @@ def pooled_scores(scores: ScoresLike, key: str) -> np.ndarray:
     return pool
 
 
-def _check_quantiles(quantiles: Sequence[Real] | np.ndarray) -> tuple[float, ...]:
-    qs = tuple(float(p) for p in quantiles)
+def check_quantiles(quantiles: Sequence[Real] | np.ndarray, *, distinct: bool = False) -> tuple[float, ...]:
+    """The fractions p as floats, each in [0, 1) (and all different when ``distinct``); else one line
+    naming the first bad value. The one check of quantiles: calibration, sweeps and the CLI use it.
+
+    >>> check_quantiles([0, 0.1])
+    (0.0, 0.1)
+    >>> check_quantiles([30])
+    Traceback (most recent call last):
+    ...
+    inactive_heads.core.errors.UserError: quantiles must be in [0, 1), got 30.0 (a fraction: 0.3 is 30 % of heads)
+    """
+    try:
+        qs = tuple(float(p) for p in quantiles)
+    except (TypeError, ValueError):
+        raise UserError(f"quantiles must be numbers in [0, 1), got {quantiles!r}") from None
     if not qs:
         raise UserError("quantiles is empty; pass fractions p in [0, 1), e.g. DEFAULT_QUANTILES")
     bad = [p for p in qs if not (0.0 <= p < 1.0)]
     if bad:
-        raise UserError(f"quantiles must lie in [0, 1); got {bad}")
+        raise UserError(f"quantiles must be in [0, 1), got {bad[0]!r} (a fraction: 0.3 is 30 % of heads)")
+    if distinct and len(set(qs)) != len(qs):
+        raise UserError(f"quantiles must be distinct, got {list(qs)!r}")
     return qs
 
 
@@ -195,7 +210,7 @@ def calibrate(
     registered score's; it must be given for a raw tensor of an unregistered score. For
     ``key="random"`` the thresholds are the p values themselves (no scores needed).
     """
-    qs = _check_quantiles(quantiles)
+    qs = check_quantiles(quantiles)
     if key == "random":
         n = 0
         if head_scores is not None and (not isinstance(head_scores, HeadScores) or "random" in head_scores):

@@ -13,6 +13,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..runtime.deferred import DeferredCopies
 from ..runtime.hooks import HeadHookRunner, installed, make_batches, model_device, run_forward, tokenize
 from ..core.io import atomic_path
 from ..models.loading import model_info
@@ -202,7 +203,7 @@ class ScoreRecorder:
         self.out = {f.key: torch.empty((n_sequences, n_layers, n_heads), dtype=torch.float32)
                     for f in self.functions}
         self._row = None if sequence_ids is None else {int(s): r for r, s in enumerate(sequence_ids)}
-        self._pending: list[tuple[int, Tensor, Tensor]] = []
+        self._pending = DeferredCopies()
         if self._row is not None and len(self._row) != n_sequences:
             raise UserError(f"sequence_ids must be {n_sequences} distinct ids, got {len(self._row)}")
 
@@ -224,25 +225,18 @@ class ScoreRecorder:
                     f"score '{f.key}' returned shape {tuple(v.shape)}; it must return [batch, head]"
                 )
             values.append(v.detach().float())
-        self._pending.append((acts.layer, acts.sequence_ids, torch.stack(values)))  # [score, batch, head]
+        self._pending.add(acts.layer, acts.sequence_ids, torch.stack(values))  # [score, batch, head]
 
     def flush(self) -> None:
         """Copy the pending layers' scores to the host (one copy per batch) and check they are finite."""
-        pending, self._pending = self._pending, []
-        groups: list[list] = []
-        for entry in pending:  # a new batch starts at layer 0 (or whenever the sequence ids change)
-            if not groups or entry[0] == 0 or entry[1] is not groups[-1][-1][1]:
-                groups.append([])
-            groups[-1].append(entry)
-        for group in groups:
-            device = group[0][2].device
-            host = torch.stack([v.to(device) for _, _, v in group]).cpu()  # [layer, score, batch, head]
+        for batch in self._pending.drain():
+            host = batch.values  # [layer, score, batch, head]
             finite = torch.isfinite(host).flatten(2).all(dim=2)
             if not finite.all():
                 i, k = (~finite).nonzero()[0].tolist()
-                _check_finite(self.functions[k].key, group[i][0], host[i, k])
-            rows = self.rows(group[0][1])[:, None]
-            layers = torch.tensor([layer for layer, _, _ in group])[None, :]
+                _check_finite(self.functions[k].key, batch.layers[i], host[i, k])
+            rows = self.rows(batch.sequence_ids)[:, None]
+            layers = torch.tensor(batch.layers)[None, :]
             for k, f in enumerate(self.functions):
                 self.out[f.key][rows, layers] = host[:, k].transpose(0, 1)
 

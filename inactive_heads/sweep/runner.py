@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..ablation.head_ablation import AblationSpec
 from ..analysis.tables import BASELINE
-from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_thresholds
+from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, check_quantiles, official_thresholds
 from ..core.io import write_json_atomic
 from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
@@ -132,11 +132,7 @@ class SweepConfig:
             raise UserError("the sweep has no score functions; pass some scores or keep Random")
         for key in self.scores:
             get_score(key)
-        if not self.quantiles or any(not 0 <= q < 1 for q in self.quantiles):
-            raise UserError(f"quantiles must be numbers in [0, 1), got {self.quantiles!r}")
-        self.quantiles = [float(q) for q in self.quantiles]
-        if len(set(self.quantiles)) != len(self.quantiles):
-            raise UserError(f"quantiles must be distinct, got {self.quantiles!r}")
+        self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
         if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
             raise UserError(
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
@@ -196,9 +192,11 @@ class SweepConfig:
 
     @property
     def evaluate_attention(self) -> str:
-        """The attention form of every pass: ``"auto"`` means the exact form for all of them, so the
-        baseline and the ablated runs share one arithmetic (p = 0 equals the baseline to the bit)."""
-        return "exact" if self.attention == "auto" else self.attention
+        """The attention form of every pass: every pass of a sweep is compared with zeroed ones, so
+        ``"auto"`` is the exact form for all of them (:func:`~inactive_heads.evaluation.evaluator.resolve_attention`)."""
+        from ..evaluation.evaluator import resolve_attention
+
+        return resolve_attention(self.attention, exact=True)
 
     def reuses_baseline(self, key: str | None, q: float | None) -> bool:
         """A run that zeroes nothing by construction: p = 0 with τ calibrated on these very inputs

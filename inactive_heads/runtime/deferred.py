@@ -1,0 +1,65 @@
+"""Per-layer results of a forward pass, brought to the host in one copy per batch.
+
+Scores and zeroing flags are computed on the model's device, layer by layer. Copying each to the
+host where it is made would make every layer wait for the device; instead they wait here and are
+copied together once per batch (when the next batch starts, or when someone reads them). The
+recorder (:mod:`inactive_heads.scoring.recording`) and the ablation counts
+(:mod:`inactive_heads.ablation.head_ablation`) both keep their per-layer results this way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """One batch's pending results, on the host: ``values[i]`` is layer ``layers[i]``'s tensor."""
+
+    layers: list[int]
+    sequence_ids: Tensor
+    values: Tensor  # [entry, *payload shape], on the CPU
+    extras: list[Any]
+
+
+class DeferredCopies:
+    """Tensors of one layer each, kept on their device until :meth:`drain` copies them in one go per batch.
+
+    A batch is the run of entries that starts at layer 0 (or whenever the sequence ids change);
+    every entry of a batch has the same payload shape and dtype.
+
+    >>> buf = DeferredCopies()
+    >>> ids = torch.tensor([4, 7])
+    >>> for layer in range(3):
+    ...     buf.add(layer, ids, torch.full((2,), layer))
+    >>> [(b.layers, b.values.tolist()) for b in buf.drain()]
+    [([0, 1, 2], [[0, 0], [1, 1], [2, 2]])]
+    >>> buf.drain()
+    []
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[list[tuple[int, Tensor, Tensor, Any]]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def add(self, layer: int, sequence_ids: Tensor, value: Tensor, extra: Any = None) -> None:
+        last = self._pending[-1] if self._pending else None
+        if last is None or layer == 0 or sequence_ids is not last[-1][1]:
+            self._pending.append([])
+        self._pending[-1].append((layer, sequence_ids, value, extra))
+
+    def drain(self) -> list[HostBatch]:
+        """Every pending batch on the host (one device→host copy each); nothing is pending after."""
+        groups, self._pending = self._pending, []
+        out = []
+        for group in groups:
+            device = group[0][2].device
+            values = torch.stack([v.to(device) for _, _, v, _ in group]).cpu()  # the one copy
+            out.append(HostBatch([layer for layer, *_ in group], group[0][1], values, [e for *_, e in group]))
+        return out
