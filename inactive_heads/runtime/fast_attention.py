@@ -303,12 +303,11 @@ def _fast_forward(
     )
     layer = _state.layers[id(self)]
     if not own and prefix is None and ("attn", layer) not in _state.check.done and not _state.check.failed:
-        # First use of this layer in this form: one batch against TransformerLens's own forward.
-        _state.check.compare(self, ("attn", layer), lambda: _compute(self, query_input, key_input, value_input,
-                                                                      _state, attention_mask, capture=False),
-                             lambda: type(self).forward(self, query_input, key_input, value_input,
-                                                        attention_mask=attention_mask),
-                             attention_mask)
+        # First use of this layer in this form: a corner of one batch (causal: its first positions
+        # depend on nothing after them) against TransformerLens's own forward.
+        qi, ki, vi, am = (_corner(t) for t in (query_input, key_input, value_input, attention_mask))
+        _state.check.compare(self, ("attn", layer), lambda: _compute(self, qi, ki, vi, _state, am, capture=False),
+                             lambda: type(self).forward(self, qi, ki, vi, attention_mask=am), am)
     if own or _state.check.failed:
         if prefix is not None or _state.capture is not None:
             raise RuntimeError("prefix reuse needs right-padded batches, no hook on hook_attn_scores and a model "
@@ -375,9 +374,20 @@ def _hooks_off(module):
             p._forward_hooks, p._forward_pre_hooks = fwd, pre
 
 
+# The first-use check runs on at most this many rows and first positions of the batch: enough for
+# every feature of the forward to show, without a second full forward of a large first batch.
+_CHECK_ROWS, _CHECK_POSITIONS = 4, 64
+
+
+def _corner(t: Tensor | None) -> Tensor | None:
+    """The first rows and positions of a ``[batch, pos, ...]`` tensor (the first-use check's sample)."""
+    return None if t is None else t[:_CHECK_ROWS, :_CHECK_POSITIONS]
+
+
 class _Check:
     """First-use check of one model in one form: each layer's attention (and patched MLP) output,
-    the first time it runs, against TransformerLens's own forward on the same inputs, with no hook
+    the first time it runs, against TransformerLens's own forward on the same inputs (the batch's
+    first rows and positions, :func:`_corner`), with no hook
     firing in either. The numbers the run then uses are computed afresh, as if no check had run."""
 
     def __init__(self, model=None, form: str = ""):
@@ -517,8 +527,9 @@ def _gated_mlp_forward(self, x: Float[Tensor, "batch pos d_model"], *,
     if _state is not None:
         where = ("mlp", _state.layers[id(self)])
         if where not in _state.check.done and not _state.check.failed:
-            _state.check.compare(self, where, lambda: _gated_mlp_forward(self, x),
-                                 lambda: type(self).forward(self, x))
+            corner = _corner(x)
+            _state.check.compare(self, where, lambda: _gated_mlp_forward(self, corner),
+                                 lambda: type(self).forward(self, corner))
         if _state.check.failed:
             return type(self).forward(self, x)
     if self.W_gate.device != x.device:

@@ -38,28 +38,28 @@ def test_flag_agreement_counts_by_hand(key, swap):
 
 def test_gpu_check_runs_on_cpu_and_prints_one_json_line():
     cmd = [sys.executable, str(SCRIPT), "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32",
-           "--n", "4", "--eval-n", "2", "--batch-size", "4", "--subjects", "anatomy", "--limit", "4",
+           "--n", "2", "--eval-n", "2", "--batch-size", "2", "--subjects", "anatomy", "--limit", "2",
            "--num-fewshot", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert (summary["device"], summary["dtype"], summary["compared"]) == ("cpu", "float32", "bfloat16 vs float32")
-    assert summary["n_prompts"] == 4 and summary["eval_n"] == 2
+    assert summary["n_prompts"] == 2 and summary["eval_n"] == 2
     assert summary["record_tokens_per_s"] > 0 and summary["peak_memory_mb"] > 100
-    # N = 4 x 30 x 9 = 1080 pooled values (SmolLM2: 30 layers x 9 heads); p = 10 % puts τ at the CDF's x
-    # at exactly 108/N, the 108th smallest value. ahon_ln flags values below τ: at most 107 of them, exactly
-    # 107 without ties at τ; awft flags above τ = the 972nd smallest: at most 108, exactly 108 without ties.
+    # N = 2 x 30 x 9 = 540 pooled values (SmolLM2: 30 layers x 9 heads); p = 10 % puts τ at the CDF's x
+    # at exactly 54/N, the 54th smallest value. ahon_ln flags values below τ: at most 53 of them, exactly
+    # 53 without ties at τ; awft flags above τ = the 486th smallest: at most 54, exactly 54 without ties.
     # float32 scores have no ties there (run b); bfloat16 (run a) may tie some values with τ.
-    for key, k in (("ahon_ln", 107), ("awft", 108)):
+    for key, k in (("ahon_ln", 53), ("awft", 54)):
         got = summary["flag_agreement"][key]
-        assert got["n_triples"] == 1080
+        assert got["n_triples"] == 540
         assert got["flagged_b"] == k, (key, got)
         assert 0 < got["flagged_a"] <= k, (key, got)
         # The same two flag sets give both figures: N (1 - agreement) triples are flagged in one run
         # only, so the runs share (ka + kb - differing) / 2 flags, and IoU = shared / (ka + kb - shared).
         ka, kb = got["flagged_a"], got["flagged_b"]
-        differing = round(1080 * (1 - got["agreement"]))
+        differing = round(540 * (1 - got["agreement"]))
         shared = (ka + kb - differing) / 2
         assert shared == int(shared) and 0 <= shared <= min(ka, kb), (key, got)
         assert got["iou"] == pytest.approx(shared / (ka + kb - shared), abs=1e-5), (key, got)

@@ -206,10 +206,18 @@ def test_real_model_scores_equal_the_slow_reference(real_model):
     alias, model = real_model
     sequences = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in SCORE_TEXTS]
     assert len({len(s) for s in sequences}) == 2  # the batch below is padded
-    reference = reference_scores(model, sequences)
-    recorded = ih.record_scores(model, sequences, batch_size=2, progress=False)
+    reference = reference_scores(model, sequences)  # each sequence alone, TransformerLens's own forward
+    alone = ih.record_scores(model, sequences, batch_size=1, progress=False)
+    padded = ih.record_scores(model, sequences, batch_size=2, progress=False)
+    padded_eager = ih.record_scores(model, sequences, batch_size=2, progress=False, attention="eager")
     worst = 0.0
     for key in reference:
-        torch.testing.assert_close(recorded[key], reference[key], rtol=1e-5, atol=1e-5, msg=key)
-        worst = max(worst, (recorded[key] - reference[key]).abs().max().item())
+        torch.testing.assert_close(alone[key], reference[key], rtol=1e-5, atol=1e-5, msg=key)
+        # On the padded batch the toolkit's exact form equals TransformerLens's own attention...
+        torch.testing.assert_close(padded[key], padded_eager[key], rtol=1e-6, atol=1e-6, msg=key)
+        # ...and both differ from the one-sequence reference by the float rounding of the model's
+        # forward at another matmul shape: up to 4e-5 on Qwen2.5's layer 0 (measured with
+        # TransformerLens's eager attention too); the tiny models of test_families hold 1e-5.
+        torch.testing.assert_close(padded[key], reference[key], rtol=1e-4, atol=1e-4, msg=key)
+        worst = max(worst, (alone[key] - reference[key]).abs().max().item())
     print(f"\n{alias}: max |score diff| vs reference {worst:.2e}")
