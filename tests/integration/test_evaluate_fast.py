@@ -78,7 +78,7 @@ class _ScoreProbe(ih.DynamicAblation):
 def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
     """Dynamic runs reusing each subject's few-shot prefix: identical answers and per-(sequence,
     layer, head) flags, log-likelihoods within float rounding, fewer prefix layers computed."""
-    plan = ih.plan_evaluation(smollm2_hooked, "mmlu", subjects=SUBJECTS, limit=4, num_fewshot=2)
+    plan = ih.plan_evaluation(smollm2_hooked, "mmlu", subjects=SUBJECTS, limit=3, num_fewshot=2)
     full_abl, reuse_abl = _ScoreProbe(score, tau), _ScoreProbe(score, tau)
     full = ih.evaluate(smollm2_hooked, plan, ablation=full_abl, progress=False)
     reused = ih.evaluate(smollm2_hooked, plan, ablation=reuse_abl, reuse_prefix=True, batch_size=3, progress=False)
