@@ -73,11 +73,12 @@ $(STAMP): pyproject.toml Makefile
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
 # The tiers are folders (tests/conftest.py): tests/unit + the package's doctests, and tests/integration.
-# TEST_WORKERS processes (pytest-xdist), each running whole test files (tests/conftest.py groups
-# them): much of the suite is single-threaded Python, so 2 processes keep 2 cores busy.
+# TEST_WORKERS processes (pytest-xdist), each running whole test files (--dist loadfile: module
+# fixtures are built once; every Ray test is in one file): much of the suite is single-threaded
+# Python, so 2 processes keep 2 cores busy.
 TEST_WORKERS ?= 2
 test: setup
-	$(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup
+	$(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: setup
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads

@@ -39,19 +39,10 @@ def is_integration(item: pytest.Item) -> bool:
     return Path(str(item.path)).resolve().is_relative_to(INTEGRATION_DIR)
 
 
-# Test files that share a machine-wide resource run in one process, one after the other, when
-# make test runs the suite in several (pytest-xdist, --dist loadgroup): the Ray tests each start Ray.
-SHARED_GROUPS = {"test_distributed.py": "ray", "test_ray_embedded.py": "ray"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_integration(item):
             item.add_marker(pytest.mark.integration)
-        # One group per file (module-scoped fixtures are built once), or the file's shared group.
-        path = Path(str(item.path))
-        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(path.name, str(path))))
 
 
 # ----------------------------------------------------------------------------------------------
