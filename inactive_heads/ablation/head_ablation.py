@@ -114,9 +114,8 @@ class AblationStats:
         """Record one layer's flags for a batch (kept on the device until :meth:`flush`)."""
         if layer == 0:
             self.n_sequences += flags.shape[0]
-        bad = torch.zeros((), dtype=torch.bool, device=flags.device) if nonfinite is None else nonfinite
-        value = torch.cat([flags.reshape(-1), bad.to(device=flags.device, dtype=torch.bool).reshape(1)])
-        self._pending.add(layer, sequence_ids, value, (tuple(flags.shape), what))
+        # flags and the non-finite flag join into one row at the flush, not here (a per-layer op)
+        self._pending.add(layer, sequence_ids, (flags, nonfinite), (tuple(flags.shape), what))
 
     def flush(self) -> None:
         """Bring pending flags to the host, one copy per batch; raise if a score was not finite."""

@@ -30,7 +30,9 @@ class DeferredCopies:
     """Tensors of one layer each, kept on their device until :meth:`drain` copies them in one go per batch.
 
     A batch is the run of entries that starts at layer 0 (or whenever the sequence ids change);
-    every entry of a batch has the same payload shape and dtype.
+    every entry of a batch has the same payload shape and dtype. A payload may also be a tuple of
+    tensors (None for a part that is all zeros): each entry's parts are then flattened and joined,
+    once per batch, into one row of ``values``.
 
     >>> buf = DeferredCopies()
     >>> ids = torch.tensor([4, 7])
@@ -45,10 +47,8 @@ class DeferredCopies:
     def __init__(self) -> None:
         self._pending: list[list[tuple[int, Tensor, Tensor, Any]]] = []
 
-    def __bool__(self) -> bool:
-        return bool(self._pending)
-
-    def add(self, layer: int, sequence_ids: Tensor, value: Tensor, extra: Any = None) -> None:
+    def add(self, layer: int, sequence_ids: Tensor, value: Tensor | tuple[Tensor | None, ...],
+            extra: Any = None) -> None:
         last = self._pending[-1] if self._pending else None
         if last is None or layer == 0 or sequence_ids is not last[-1][1]:
             self._pending.append([])
@@ -59,7 +59,25 @@ class DeferredCopies:
         groups, self._pending = self._pending, []
         out = []
         for group in groups:
-            device = group[0][2].device
-            values = torch.stack([v.to(device) for _, _, v, _ in group]).cpu()  # the one copy
+            values = _stacked([v for _, _, v, _ in group]).cpu()  # the one copy
             out.append(HostBatch([layer for layer, *_ in group], group[0][1], values, [e for *_, e in group]))
         return out
+
+
+def _stacked(values: list) -> Tensor:
+    """One batch's payloads stacked on the first one's device: ``[entry, ...]``, or for tuple
+    payloads ``[entry, part sizes summed]`` (a None part is zeros, in the first part's dtype)."""
+    if isinstance(values[0], Tensor):
+        device = values[0].device
+        return torch.stack([v.to(device) for v in values])
+    first = values[0][0]
+    columns = []
+    for j in range(len(values[0])):
+        like = next((v[j] for v in values if v[j] is not None), None)
+        if like is None:
+            columns.append(torch.zeros((len(values), 1), dtype=first.dtype, device=first.device))
+            continue
+        zero = torch.zeros_like(like, device=first.device)
+        columns.append(torch.stack([(zero if v[j] is None else v[j].to(first.device)).reshape(-1)
+                                    for v in values]).to(first.dtype))
+    return torch.cat(columns, dim=1)
