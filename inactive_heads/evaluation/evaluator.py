@@ -190,6 +190,9 @@ class EvalResult:
     head_scores: Any = field(default=None, repr=False, compare=False)
     # What prefix reuse did in this pass (evaluate's ``reuse_prefix``); not part of to_dict().
     prefix_reuse: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # The ablation's zeroed heads per input, [input, layer, head] in plan.inputs order (None
+    # without an ablation or per-input flags); not part of to_dict().
+    flagged: Any = field(default=None, repr=False, compare=False)
 
     @property
     def accuracy_percent(self) -> float:
@@ -203,6 +206,7 @@ class EvalResult:
         d = asdict(self)
         d.pop("head_scores")
         d.pop("prefix_reuse", None)
+        d.pop("flagged", None)
         return d
 
     @classmethod
@@ -563,4 +567,15 @@ def summarize(plan: EvalPlan, loglikelihoods: list[list[float]], *, stats=None) 
     if stats is not None:
         result.realized_fraction = stats.realized_fraction
         result.realized_fraction_per_layer = stats.realized_fraction_per_layer
+        result.flagged = _flags_per_input(plan, stats)
     return result
+
+
+def _flags_per_input(plan: EvalPlan, stats) -> torch.Tensor | None:
+    """``stats``' per-sequence flags for the plan's inputs, in input order (None if it has none)."""
+    if not stats.masks:
+        return None
+    ids = list(range(len(plan.inputs))) if plan.sequence_ids is None else list(plan.sequence_ids)
+    if any(i not in stats.masks for i in ids):
+        return None  # flags kept for other sequence ids (e.g. shared prefixes): no per-input view
+    return torch.stack([stats.masks[i] for i in ids])

@@ -350,6 +350,17 @@ def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=No
     })
 
 
+ORACLE_COLUMNS = ("query_heads_pct", "kv_heads_pct", "prefill_flops_removed_pct", "kv_cache_removed_pct")
+
+
+def oracle_summary(model, flagged: Bool[Tensor, "seq layer head"], lengths) -> dict[str, float]:
+    """:func:`oracle_savings` averaged over a run's inputs (each input weighs the same): the % of
+    query heads, removable KV heads, prefill FLOPs at the input's length and KV-cache bytes that an
+    oracle skipping each input's zeroed heads would save. Estimated: the toolkit computes them."""
+    frame = oracle_savings(model, flagged, lengths=lengths)
+    return {"basis": "estimated", **{c: float(frame[c].mean()) for c in ORACLE_COLUMNS}}
+
+
 def paper_projections(fraction: Real, *, seq_len: int = 2048, dtype: torch.dtype | str = "bfloat16"):
     """Projected savings of removing ``fraction`` of the query heads of each of the paper's
     largest models (a pandas DataFrame, one row per model, ``projection=True``).

@@ -402,6 +402,31 @@ def _scores_html(results: SweepResults) -> str:
     return "\n".join(parts)
 
 
+def _savings_html(results: SweepResults) -> str:
+    """Per ablated run: accuracy beside what skipping its zeroed heads would save (estimated)."""
+    runs = [(rid, rec) for rid, rec in results.records.items() if rec.get("oracle_savings")]
+    if not runs:
+        return ""
+    parts = ['<h2 id="savings">What skipping the zeroed heads would save (estimated)</h2>',
+             '<p class="caption">Per run, averaged over its inputs: the % of query heads zeroed, of key/value '
+             "heads removable (every query head of the group zeroed), of the prefill FLOPs of attention and "
+             "projections at each input's length, and of the KV-cache bytes, if a runtime skipped exactly the "
+             "heads each input had zeroed (an oracle: the toolkit still computes them, then zeroes them). "
+             "Static runs remove one set for every input, so an exported model saves the same "
+             "(<code>ih.savings</code>, <code>ih.export_pruned</code>).</p>"]
+    rows = []
+    for rid, rec in runs:
+        ci = accuracy_interval(rec["correct"])
+        o = rec["oracle_savings"]
+        rows.append([f"<code>{_e(rid)}</code>", _e(rec.get("label") or rec["score"]),
+                     _e(_ci(ci.estimate, ci.low, ci.high, 2)), _fmt(o["query_heads_pct"]), _fmt(o["kv_heads_pct"]),
+                     _fmt(o["prefill_flops_removed_pct"]), _fmt(o["kv_cache_removed_pct"])])
+    header = ["run", "score", "accuracy % [95%]", "query heads %", "KV heads removable %", "prefill FLOPs %",
+              "KV cache %"]
+    parts.append(_html_table(header, rows, [False, False] + [True] * 5, table_id="savings-table"))
+    return "\n".join(parts)
+
+
 def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
     """The report as one HTML string (plotly.js inline)."""
     frame = summary_table(results, tolerance)
@@ -438,6 +463,7 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
         )
         body.append(_figure(plots.auc_ranking(results), "fig-ranking"))
     body.append(_runs_html(results))
+    body.append(_savings_html(results))
     body.append(_thresholds_html(results))
     best = _best_key(frame)
     if best is not None:

@@ -311,8 +311,14 @@ OFFICIAL_NAMES: dict[str, str] = {
 """Our keys → the class/internal names of the authors' code (used in their thresholds.json)."""
 
 
+STATIC_SUFFIX = "@static"  # a sweep's static runs of score k form the curve "k@static"
+
+
 def score_label(key: str) -> str:
-    """The paper's label of score ``key`` ("AHON (LN)"), or the key itself for an unregistered one."""
+    """The paper's label of score ``key`` ("AHON (LN)"), "AHON (LN), static" for a sweep's static
+    curve of it (``"ahon_ln@static"``), or the key itself for an unregistered one."""
+    if key.endswith(STATIC_SUFFIX):
+        return f"{score_label(key[:-len(STATIC_SUFFIX)])}, static"
     try:
         return get_score(key).label
     except KeyError:

@@ -7,7 +7,8 @@ A grid file (TOML)::
     tasks = ["mmlu"]
     executor = "local"            # or "ray"
 
-    [sweep]                       # any SweepConfig option except model and task
+    [sweep]                       # any SweepConfig option except model and task; decision and
+                                  # max_gen_toks reach the generation tasks (gsm8k) only
     subjects = ["anatomy"]
     limit = 10
     scores = ["ahon_ln", "awft"]
@@ -37,7 +38,7 @@ from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
 from ..analysis.tables import BASELINE
 from ..core.io import write_text_atomic
 from .run import run_sweep
-from .runner import EXECUTORS, SweepConfig, SweepResults
+from .runner import EXECUTORS, GENERATION_OPTIONS, SweepConfig, SweepResults
 from ..core.errors import MissingFileError, UserError
 
 RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")
@@ -92,7 +93,15 @@ class GridConfig:
         return [(m, t) for m in self.models for t in self.tasks]
 
     def sweep_config(self, model: str, task: str) -> SweepConfig:
-        return SweepConfig(model=model, task=task, **self.sweep)
+        """The cell's SweepConfig; the generation options (``decision``, ``max_gen_toks``) go to
+        generation tasks (gsm8k) only, so one grid can mix them with multiple-choice tasks."""
+        from ..evaluation.tasks import GENERATION_TASKS
+
+        options = dict(self.sweep)
+        if task not in GENERATION_TASKS:
+            for name in GENERATION_OPTIONS:
+                options.pop(name, None)
+        return SweepConfig(model=model, task=task, **options)
 
     def folder(self, model: str, task: str) -> Path:
         safe = model.replace("/", "_").replace(":", "_")

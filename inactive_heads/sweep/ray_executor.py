@@ -120,6 +120,8 @@ class Worker:
             "run_id": rid, "shard": shard, "inputs": indices, "loglikelihoods": lls,
             "n_sequences": len(indices), "seconds": result.seconds,
             "flagged_per_layer": ablation.stats.flagged_per_layer.tolist() if ablation is not None else None,
+            # per-input flags by global sequence id (the oracle savings of the record)
+            "flagged": None if result.flagged is None else dict(zip(sub.sequence_ids, result.flagged.clone())),
         }
         if result.head_scores is not None:
             out["scores"] = {k: v.clone() for k, v in result.head_scores.scores.items()}
@@ -142,8 +144,10 @@ class Worker:
         if key is not None:
             info = model_info(self.model)
             flagged = torch.tensor([p["flagged_per_layer"] for p in shards], dtype=torch.long).sum(dim=0)
+            masks = {} if any(p.get("flagged") is None for p in shards) else {
+                int(i): m for p in shards for i, m in p["flagged"].items()}
             stats = AblationStats(info.n_layers, info.n_heads, n_sequences=sum(p["n_sequences"] for p in shards),
-                                  flagged_per_layer=flagged)
+                                  flagged_per_layer=flagged, masks=masks)
         result = summarize(self.plan, lls, stats=stats)
         result.seconds = round(sum(p["seconds"] for p in shards), 3)
         return make_record(self.config, rid, key, q, tau, result, self.plan, self.model)

@@ -7,6 +7,9 @@ A sweep writes one results folder::
     scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
     thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
     runs/<id>.json      one record per finished run, written atomically the moment it finishes
+    static_scores.safetensors, static_heads.json
+                        with static runs: HeadScores of the calibration questions and the head
+                        set of each static run
     runs.parquet        one row per run (written when the sweep command ends)
     questions.parquet   one row per run x question
     .lock               while a driver works on the folder: its host and pid
@@ -39,17 +42,21 @@ from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, chec
 from ..core.io import write_json_atomic
 from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
-from ..scoring.scores import PAPER_SCORES, get_score
+from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score, score_label
 from ..core.errors import MissingFileError, UserError
 
 DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
 EXECUTORS = ("local", "ray")
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
+STATIC_SCORES_FILE = "static_scores.safetensors"
+STATIC_HEADS_FILE = "static_heads.json"
 VOLATILE_FIELDS = ("seconds", "finished_at")
 # Options a resume may change: the evaluator's answers do not depend on them, its log-likelihoods
 # only within float rounding (each record keeps the batch size it ran with). The device enters the identity by its type only (cpu, cuda, mps).
 RESUMABLE_OPTIONS = ("batch_size",)
+# Options of generation tasks (gsm8k) only.
+GENERATION_OPTIONS = ("decision", "max_gen_toks")
 
 
 def run_id(key: str | None, q: float | int | None) -> str:
@@ -100,17 +107,31 @@ class SweepConfig:
     reuse_prefix: bool = False
     attention: str = "auto"
     imports: list[str] = field(default_factory=list)
+    # Generation tasks (gsm8k) only: how the heads are decided while generating
+    # (evaluation.generation: "per_step", the authors' protocol, or "prompt") and the new tokens.
+    decision: str | None = None
+    max_gen_toks: int | None = None
+    # Static runs beside the dynamic ones: for each score and p > 0, one fixed set of
+    # round(p · layers · heads) heads (pruning.static_heads with this rule), chosen on the
+    # calibration questions [first, end) (of each MMLU subject), which must come after the
+    # evaluated ones (limit <= first). None: no static runs.
+    static_rule: str | None = None
+    static_calibration: list[int] | None = None
 
     def __post_init__(self):
-        from ..evaluation.tasks import TASKS
+        from ..evaluation.tasks import GENERATION_TASKS, TASKS
 
         if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
             raise UserError(f"imports must be a list of module names, got {self.imports!r}")
         self.imports = list(self.imports)
         import_modules(self.imports)  # before the score keys are checked: the modules may register some
 
-        if self.task not in TASKS and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:")):
-            raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}, or lm-eval:<lm-eval task>")
+        if (self.task not in TASKS + GENERATION_TASKS
+                and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:"))):
+            raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS + GENERATION_TASKS)}, "
+                            "or lm-eval:<lm-eval task>")
+        self._check_generation_options()
+        self._check_static_options()
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise UserError(f"limit must be a positive integer, got {self.limit!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -153,6 +174,64 @@ class SweepConfig:
                     "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
                 )
 
+    def _check_generation_options(self) -> None:
+        from ..evaluation.generation import DECISIONS
+
+        if not self.is_generation:
+            if any(getattr(self, name) is not None for name in GENERATION_OPTIONS):
+                raise UserError(f"{' and '.join(GENERATION_OPTIONS)} apply to generation tasks (gsm8k) only; "
+                                f"leave them unset for task '{self.task}'")
+            return
+        if self.decision is None:
+            self.decision = "per_step"  # the authors' protocol; sweep.json says it explicitly
+        if self.decision not in DECISIONS:
+            raise UserError(f"unknown decision '{self.decision}'; use one of {', '.join(DECISIONS)}")
+        if self.max_gen_toks is not None and (isinstance(self.max_gen_toks, bool)
+                                              or not isinstance(self.max_gen_toks, int) or self.max_gen_toks < 1):
+            raise UserError(f"max_gen_toks must be a positive integer, got {self.max_gen_toks!r}")
+        unsupported = [name for name, value, default in (
+            ("reuse_prefix", self.reuse_prefix, False), ("attention", self.attention, "auto"),
+            ("source", self.source, None)) if value != default]
+        if unsupported:
+            raise UserError(f"{', '.join(unsupported)} apply to log-likelihood tasks only; leave them unset "
+                            f"for task '{self.task}'")
+
+    def _check_static_options(self) -> None:
+        from ..pruning.static import RULES
+
+        if self.static_rule is None:
+            if self.static_calibration is not None:
+                raise UserError("static_calibration needs static_rule (flag_rate or mean); set both or neither")
+            return
+        if self.static_rule not in RULES:
+            raise UserError(f"unknown static_rule '{self.static_rule}'; use one of {', '.join(RULES)}")
+        if self.is_generation or self.task.startswith("lm-eval:"):
+            raise UserError(f"static runs apply to the built-in multiple-choice tasks; remove static_rule for "
+                            f"task '{self.task}'")
+        cal = self.static_calibration
+        if (not isinstance(cal, (list, tuple)) or len(cal) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in cal) or not 0 <= cal[0] < cal[1]):
+            raise UserError(f"static_calibration must be [first, end) question indices with 0 <= first < end, "
+                            f"got {cal!r}; e.g. [200, 400] with limit=200")
+        self.static_calibration = list(cal)
+        if self.limit is None or self.limit > cal[0]:
+            raise UserError(f"static sets are chosen on questions {cal[0]}..{cal[1] - 1} and evaluated on the first "
+                            f"limit={self.limit} questions: set limit <= {cal[0]} so that no question is used for both")
+        if not [q for q in self.quantiles if q > 0]:
+            raise UserError("static runs need a quantile p > 0 (the fraction of heads in each set)")
+
+    @property
+    def static_keys(self) -> list[str]:
+        """The curve key of each score's static runs (``"ahon_ln@static"``); empty without static runs."""
+        return [key + STATIC_SUFFIX for key in self.scores] if self.static_rule else []
+
+    @property
+    def is_generation(self) -> bool:
+        """Whether the task generates (gsm8k): exact match of greedy generations."""
+        from ..evaluation.tasks import GENERATION_TASKS
+
+        return self.task in GENERATION_TASKS
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -183,6 +262,10 @@ class SweepConfig:
         for key in keys:
             for q in self.quantiles:
                 ids.append((run_id(key, q), key, q))
+        for key in self.static_keys:
+            for q in self.quantiles:
+                if q > 0:
+                    ids.append((run_id(key, q), key, q))
         return ids
 
     @property
@@ -200,7 +283,10 @@ class SweepConfig:
 
     def reuses_baseline(self, key: str | None, q: float | None) -> bool:
         """A run that zeroes nothing by construction: p = 0 with τ calibrated on these very inputs
-        (the pooled minimum, or maximum, flags no head), or Random at p = 0."""
+        (the pooled minimum, or maximum, flags no head), or Random at p = 0. Generation runs
+        always run: their passes see generated tokens the calibration never saw."""
+        if self.is_generation:
+            return False
         return key is not None and q == 0 and (key == "random" or self.thresholds == "calibrated")
 
 
@@ -393,8 +479,18 @@ def check_model_matches(config: SweepConfig, model) -> None:
 
 
 def plan_for(config: SweepConfig, model):
+    """The sweep's inputs, tokenized once: an ``EvalPlan``, or for a generation task the list of
+    :class:`~inactive_heads.evaluation.tasks.GenerationRequest`."""
     from ..evaluation.evaluator import plan_evaluation
 
+    if config.is_generation:
+        from ..evaluation.tasks import build_gsm8k_requests
+        from ..models.loading import model_info
+
+        info = model_info(model)
+        chat = info.is_chat if config.apply_chat_template is None else config.apply_chat_template
+        return build_gsm8k_requests(model.tokenizer, limit=config.limit, num_fewshot=config.num_fewshot,
+                                    apply_chat_template=chat, prepend_bos=info.prepend_bos)
     if config.task.startswith("lm-eval:"):  # an lm-eval task, its requests as an EvalPlan (lmeval.py)
         from ..evaluation.lm_eval_tasks import plan_lm_eval_task
 
@@ -406,8 +502,46 @@ def plan_for(config: SweepConfig, model):
                            source=config.source)
 
 
+def plan_inputs(plan) -> list:
+    """The token sequences whose scores calibrate the thresholds: an ``EvalPlan``'s inputs, or
+    the prompts of generation requests."""
+    return [list(r.context_ids) for r in plan] if isinstance(plan, list) else plan.inputs
+
+
 def scores_description(config: SweepConfig, plan) -> str:
+    if config.is_generation:
+        return f"{config.task} prompts ({len(plan)})"
     return f"{config.task} evaluation inputs ({len(plan.inputs)})"
+
+
+def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, record=None):
+    """One pass of the sweep (the baseline, with ``record``, or one ablation) with the sweep's options.
+
+    A generation task generates (:func:`~inactive_heads.evaluation.generation.evaluate_generation`,
+    ``config.decision``); its scores for calibration are recorded on the prompts, nothing zeroed,
+    in the exact form (:func:`~inactive_heads.scoring.recording.record_scores`)."""
+    evaluate_module = _evaluate_module()
+    if not config.is_generation:
+        return evaluate_module.evaluate(
+            model, plan, ablation=ablation, batch_size=config.batch_size, progress=progress,
+            reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention, record=record,
+            record_description=scores_description(config, plan) if record else None)
+    from ..evaluation.generation import evaluate_generation
+
+    result = evaluate_generation(model, config.task, ablation=ablation, decision=config.decision,
+                                 limit=config.limit, num_fewshot=config.num_fewshot,
+                                 apply_chat_template=config.apply_chat_template, max_gen_toks=config.max_gen_toks,
+                                 batch_size=config.batch_size, progress=progress, requests=plan)
+    result.head_scores = record_prompt_scores(config, model, plan, record, progress) if record else None
+    return result
+
+
+def record_prompt_scores(config: SweepConfig, model, requests, keys, progress: bool):
+    """Scores for calibrating a generation sweep: recorded on its prompts, nothing zeroed."""
+    from ..scoring.recording import record_scores
+
+    return record_scores(model, plan_inputs(requests), list(keys), batch_size=config.batch_size,
+                         progress=progress, description=scores_description(config, requests))
 
 
 def find_scores_file(out: Path) -> Path | None:
@@ -425,9 +559,13 @@ def write_thresholds(config: SweepConfig, out: Path, head_scores) -> dict[str, T
     return thresholds
 
 
-def ablation_for(config: SweepConfig, key: str | None, tau: float | None) -> AblationSpec | None:
+def ablation_for(config: SweepConfig, key: str | None, tau: float | None, heads=None) -> AblationSpec | None:
+    """The run's ablation: none (baseline), Random, a dynamic score at τ, or the static ``heads``
+    (a :class:`~inactive_heads.pruning.static.HeadSet`) of a static run."""
     if key is None:
         return None
+    if heads is not None:
+        return AblationSpec("static", heads=tuple(heads))
     if key == "random":
         return AblationSpec("random", threshold=tau, seed=config.seed)
     return AblationSpec("dynamic", score=key, threshold=tau, seed=config.seed)
@@ -438,21 +576,33 @@ def record_path(out: Path, rid: str) -> Path:
 
 
 def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
-                result, plan, model) -> dict[str, Any]:
-    """The run record: what ran, its accuracy and realized zeroing, and every question's outcome."""
+                result, plan, model, heads=None) -> dict[str, Any]:
+    """The run record: what ran, its accuracy and realized zeroing, and every question's outcome.
+    A static run (``heads``) also names its head set and the rule and questions that chose it."""
     import torch
 
     from ..models.loading import model_info
     from ..runtime.hooks import model_device
 
-    spec = ablation_for(config, key, tau)
+    spec = ablation_for(config, key, tau, heads)
     info = model_info(model)
+    if config.is_generation:
+        return _generation_record(config, rid, key, q, tau, result, plan, model, spec)
+    static = {} if heads is None else {
+        "static_rule": heads.rule, "static_calibration": config.static_calibration,
+        "static_heads": [list(h) for h in heads], "static_n_sequences": heads.n_sequences,
+    }
+    oracle = {}
+    if getattr(result, "flagged", None) is not None:
+        from ..pruning.accountant import oracle_summary
+
+        oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
     return {
         "run_id": rid,
         "model": config.model,
         "task": plan.task,
         "score": key,
-        "label": get_score(key).label if key else "No ablation",
+        "label": score_label(key) if key else "No ablation",
         "p": q,
         "threshold": tau,
         "accuracy": result.accuracy,
@@ -477,6 +627,61 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
         "torch_threads": torch.get_num_threads(),  # fp32 sums are ordered by the thread count
         "seconds": result.seconds,
         "ablation": spec.to_dict() if spec else None,
+        **static,
+        **oracle,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _generation_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
+                       result, requests, model, spec) -> dict[str, Any]:
+    """The run record of a generation task: the fields every record has (accuracy = strict exact
+    match, no log-likelihoods) and, per question, the generation and the extracted answers."""
+    import torch
+
+    from ..models.loading import model_info
+    from ..runtime.hooks import model_device
+
+    info = model_info(model)
+    return {
+        "run_id": rid,
+        "model": config.model,
+        "task": result.task,
+        "score": key,
+        "label": score_label(key) if key else "No ablation",
+        "p": q,
+        "threshold": tau,
+        "accuracy": result.accuracy,
+        "accuracy_percent": 100 * result.accuracy,
+        "acc_norm": None,
+        "accuracy_flexible": result.accuracy_flexible,
+        "realized_fraction": result.realized_fraction,
+        "realized_percent": 100 * result.realized_fraction,
+        "realized_fraction_per_layer": result.realized_fraction_per_layer,
+        "realized_fraction_prompts": result.realized_fraction_prompts,
+        "decision": result.decision,
+        "use_cache": result.use_cache,
+        "n": result.n,
+        "n_forward_sequences": result.n_forward_passes,
+        "n_generated_tokens": result.n_generated_tokens,
+        "correct": result.correct,
+        "correct_norm": None,
+        "correct_flexible": result.correct_flexible,
+        "loglikelihoods": None,
+        "gold": result.golds,
+        "generations": result.generations,
+        "answers": result.answers,
+        "doc_ids": [req.doc_id for req in requests],
+        "subjects": None,
+        "per_subject": {},
+        "savings": result.savings,
+        "dtype": info.dtype,
+        "device": str(model_device(model)),
+        "backend": info.backend,
+        "batch_size": config.batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "seconds": result.seconds,
+        "ablation": spec.to_dict() if spec else None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 
@@ -489,7 +694,7 @@ def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
         **baseline,
         "run_id": rid,
         "score": key,
-        "label": get_score(key).label,
+        "label": score_label(key),
         "p": q,
         "threshold": tau,
         "ablation": spec.to_dict(),
@@ -553,19 +758,16 @@ def _local_baseline(config: SweepConfig, out: Path, model, plan, progress: bool)
     """The one unablated pass: the baseline record and, when thresholds are calibrated, the scores."""
     from ..scoring.recording import HeadScores
 
-    evaluate_module = _evaluate_module()
-
     scores_file = find_scores_file(out)
     head_scores = HeadScores.load(scores_file) if config.records_scores and scores_file else None
     need_scores = config.records_scores and head_scores is None
     need_record = not record_path(out, BASELINE).is_file()
-    if need_scores or need_record:
-        result = evaluate_module.evaluate(
-            model, plan, batch_size=config.batch_size, progress=progress,
-            reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention,
-            record=list(config.scores) if need_scores else None,
-            record_description=scores_description(config, plan),
-        )
+    if need_scores and not need_record and config.is_generation:  # the scores alone: no generation
+        head_scores = record_prompt_scores(config, model, plan, config.scores, progress)
+        head_scores.save(out / SCORES_FILE)
+    elif need_scores or need_record:
+        result = evaluate_run(config, model, plan, None, progress=progress,
+                              record=list(config.scores) if need_scores else None)
         if need_scores:
             head_scores = result.head_scores
             head_scores.save(out / SCORES_FILE)
@@ -576,19 +778,64 @@ def _local_baseline(config: SweepConfig, out: Path, model, plan, progress: bool)
 
 
 def _local_runs(config: SweepConfig, out: Path, model, plan, thresholds, progress: bool) -> None:
-    evaluate_module = _evaluate_module()
     todo = pending_runs(config, out)
+    static_sets = static_head_sets(config, out, model, progress) if any(
+        key.endswith(STATIC_SUFFIX) for _, key, _ in todo) else {}
     total = len(config.run_ids())
     bar = tqdm(total=total, initial=total - len(todo), desc="sweep runs", unit="run", disable=not progress)
     for rid, key, q in todo:
         bar.set_postfix_str(rid)
-        tau = thresholds[key].at(q)
-        result = evaluate_module.evaluate(model, plan, ablation=ablation_for(config, key, tau),
-                                          batch_size=config.batch_size, progress=progress,
-                                          reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention)
-        write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model))
+        heads = static_sets.get(rid)
+        tau = heads.threshold if heads is not None else thresholds[key].at(q)
+        result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=progress)
+        write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model, heads))
         bar.update(1)
     bar.close()
+
+
+def calibration_plan(config: SweepConfig, model):
+    """The questions static sets are chosen on: ``config.static_calibration`` = [first, end) of the
+    task (of each MMLU subject), tokenized as the evaluation's."""
+    from ..evaluation.evaluator import plan_evaluation
+
+    first, end = config.static_calibration
+    plan = plan_evaluation(model, config.task, subjects=config.subjects, limit=end, num_fewshot=config.num_fewshot,
+                           apply_chat_template=config.apply_chat_template, source=config.source)
+    position, seen = [], {}
+    for req in plan.requests:  # each question's index within its subject (its split for one-subject tasks)
+        position.append(seen.get(req.subject, 0))
+        seen[req.subject] = position[-1] + 1
+    chosen = [i for i, targets in enumerate(plan.targets) if position[targets[0][0]] >= first]
+    if not chosen:
+        raise UserError(f"the task has no question in static_calibration {config.static_calibration}; "
+                        "choose indices below its size")
+    return plan.subset(chosen)
+
+
+def static_head_sets(config: SweepConfig, out: Path, model, progress: bool) -> dict[str, Any]:
+    """The head set of every static run, by run id: ``static_heads`` of scores recorded (nothing
+    zeroed) on the calibration questions, kept in ``static_scores.safetensors`` for resumes; the
+    sets are written to ``static_heads.json`` (``HeadSet`` dicts, for export and StaticAblation)."""
+    from ..pruning.static import static_heads
+    from ..scoring.recording import HeadScores, record_scores
+
+    path = out / STATIC_SCORES_FILE
+    if path.is_file():
+        head_scores = HeadScores.load(path)
+    else:
+        plan = calibration_plan(config, model)
+        first, end = config.static_calibration
+        head_scores = record_scores(model, plan.inputs, list(config.scores), batch_size=config.batch_size,
+                                    progress=progress, description=f"{config.task} questions {first}..{end - 1} "
+                                    f"(static calibration, {len(plan.inputs)} inputs)")
+        head_scores.save(path)
+    sets = {}
+    for key in config.scores:
+        for q in config.quantiles:
+            if q > 0:
+                sets[run_id(key + STATIC_SUFFIX, q)] = static_heads(head_scores, key, q, rule=config.static_rule)
+    write_json_atomic(out / STATIC_HEADS_FILE, {rid: hs.to_dict() for rid, hs in sets.items()})
+    return sets
 
 
 @dataclass
@@ -630,7 +877,7 @@ class SweepResults:
         for rec in self.records.values():
             if rec["score"] and rec["score"] not in keys:
                 keys.append(rec["score"])
-        order = self.config.scores + ["random"]
+        order = [k for key in self.config.scores for k in (key, key + STATIC_SUFFIX)] + ["random"]
         return sorted(keys, key=lambda k: order.index(k) if k in order else len(order))
 
     def curves(self, metric: str = "accuracy_percent") -> dict[str, list[tuple[float, float]]]:

@@ -2,6 +2,7 @@
 here; folders are written by hand as the executors write them."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -149,3 +150,52 @@ def test_a_pool_that_cannot_hold_one_worker_is_one_line():
     with pytest.raises(UserError, match=r"has 8 CPU\(s\) and 0 GPU\(s\): not enough for one worker of "
                                         r"1 CPU thread\(s\) and 1 GPU\(s\)"):
         pool_size({"CPU": 8.0}, None, 1, 1.0)
+
+
+def test_generation_options_are_checked_in_one_line():
+    from inactive_heads.sweep.run import run_sweep
+
+    assert SweepConfig(task="gsm8k").decision == "per_step"  # the authors' protocol, written out in sweep.json
+    for options, message in (
+        ({"task": "gsm8k", "decision": "per_token"}, "unknown decision 'per_token'; use one of per_step, prompt"),
+        ({"task": "mmlu", "decision": "prompt"}, "apply to generation tasks (gsm8k) only"),
+        ({"task": "piqa", "max_gen_toks": 32}, "apply to generation tasks (gsm8k) only"),
+        ({"task": "gsm8k", "max_gen_toks": 0}, "max_gen_toks must be a positive integer, got 0"),
+        ({"task": "gsm8k", "reuse_prefix": True}, "reuse_prefix apply to log-likelihood tasks only"),
+    ):
+        with pytest.raises(UserError, match=re.escape(message)):
+            SweepConfig(**options)
+    with pytest.raises(UserError, match="local executor only"):
+        run_sweep(SweepConfig(task="gsm8k"), "unused-folder", executor="ray")
+
+
+def test_the_cli_passes_the_generation_options_to_the_config():
+    from inactive_heads.cli import _sweep_config, build_parser
+
+    args = build_parser().parse_args(["sweep", "--task", "gsm8k", "--decision", "prompt", "--max-gen-toks", "64",
+                                      "--out", "x"])
+    config = _sweep_config(args)
+    assert (config.task, config.decision, config.max_gen_toks) == ("gsm8k", "prompt", 64)
+
+
+def test_static_options_are_checked_in_one_line():
+    from inactive_heads.sweep.run import run_sweep
+
+    ok = SweepConfig(task="piqa", limit=100, quantiles=[0.0, 0.1], static_rule="mean", static_calibration=[100, 200])
+    assert [rid for rid, _, _ in ok.run_ids() if "@static" in rid][:1] == ["awft@static@p=0.1"]
+    assert not [rid for rid, _, _ in ok.run_ids() if "@static@p=0.0" in rid]
+    for options, message in (
+        ({"static_rule": "median", "static_calibration": [100, 200], "limit": 50}, "unknown static_rule 'median'"),
+        ({"static_rule": "mean", "limit": 50}, "static_calibration must be [first, end)"),
+        ({"static_rule": "mean", "static_calibration": [200, 100], "limit": 50}, "static_calibration must be"),
+        ({"static_rule": "mean", "static_calibration": [100, 200]}, "set limit <= 100"),
+        ({"static_rule": "mean", "static_calibration": [100, 200], "limit": 150}, "set limit <= 100"),
+        ({"static_calibration": [100, 200], "limit": 50}, "static_calibration needs static_rule"),
+        ({"static_rule": "mean", "static_calibration": [100, 200], "limit": 50, "quantiles": [0.0]}, "p > 0"),
+        ({"task": "gsm8k", "static_rule": "mean", "static_calibration": [100, 200], "limit": 50},
+         "built-in multiple-choice tasks"),
+    ):
+        with pytest.raises(UserError, match=re.escape(message)):
+            SweepConfig(**options)
+    with pytest.raises(UserError, match="local executor only"):
+        run_sweep(ok, "unused-folder", executor="ray")
