@@ -73,12 +73,17 @@ $(STAMP): pyproject.toml Makefile
 
 # pytest exits 5 when it collected no test; that fails here like any other failure.
 # The tiers are folders (tests/conftest.py): tests/unit + the package's doctests, and tests/integration.
-# TEST_WORKERS processes (pytest-xdist), each running whole test files (--dist loadfile: module
-# fixtures are built once; every Ray test is in one file): much of the suite is single-threaded
-# Python, so 2 processes keep 2 cores busy.
+# Two phases. First everything but Ray in TEST_WORKERS processes (pytest-xdist), each running whole
+# test files (--dist loadfile: module fixtures are built once) with TEST_THREADS torch threads: much
+# of the suite is single-threaded Python, so 2 one-thread processes keep 2 cores busy without
+# oversubscribing them. Then the Ray tests (one file) alone: Ray's own workers need the cores.
 TEST_WORKERS ?= 2
+TEST_THREADS ?= 1
+RAY_TESTS := tests/integration/test_distributed.py
 test: setup
-	$(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
+	    --ignore=$(RAY_TESTS)
+	$(VPY) -m pytest -q --durations=5 $(RAY_TESTS)
 
 test-fast: setup
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads

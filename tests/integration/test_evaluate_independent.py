@@ -4,7 +4,8 @@ The loop below builds each prompt itself from the raw data files (lm-eval 0.4.5'
 few-shot sampler as written, the chat template with few-shot examples as turns, ``_encode_pair``'s
 whitespace rule), tokenizes with the Hugging Face tokenizer it loads itself, runs the plain
 Hugging Face model (eager attention) on one input at a time, and sums continuation log-probs. The
-evaluator must give identical per-question outcomes, at batch sizes 1 and 8.
+evaluator must give identical per-question outcomes, at batch sizes 1 and 8 (MMLU, whose 5-shot
+chat prompts cost the most, at batch size 8; batch-size invariance is also a unit test).
 """
 
 import gzip
@@ -23,7 +24,7 @@ import inactive_heads as ih
 pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
 
 MMLU_SUBJECTS = ["world_religions", "management", "miscellaneous", "marketing"]
-MMLU_LIMIT = 4  # 16 questions, each 5-shot in the chat template: the costliest prompts here
+MMLU_LIMIT = 3  # 12 questions, each 5-shot in the chat template: the costliest prompts here
 N_PIQA = 20
 N_WINOGRANDE = 20
 
@@ -154,10 +155,10 @@ def ours(smollm2_hooked):
     out = {}
     for bs in (1, 8):
         out[bs] = {
-            "mmlu": ih.evaluate(model, "mmlu", subjects=MMLU_SUBJECTS, limit=MMLU_LIMIT, batch_size=bs, progress=False),
             "piqa": ih.evaluate(model, "piqa", limit=N_PIQA, batch_size=bs, progress=False),
             "winogrande": ih.evaluate(model, "winogrande", limit=N_WINOGRANDE, batch_size=bs, progress=False),
         }
+    out[8]["mmlu"] = ih.evaluate(model, "mmlu", subjects=MMLU_SUBJECTS, limit=MMLU_LIMIT, batch_size=8, progress=False)
     return out
 
 
@@ -169,10 +170,9 @@ def hf_tokenizer(smollm2_hooked):
 
 def test_mmlu_equals_independent_loop(ours, hf_tokenizer, hf_model):
     expected = independent_mmlu(hf_tokenizer, hf_model)
-    assert len(expected) == 16
-    for bs in (1, 8):
-        assert ours[bs]["mmlu"].correct == expected, bs
-    assert ours[8]["mmlu"].n_forward_sequences == 16  # one forward pass per question
+    assert len(expected) == 12
+    assert ours[8]["mmlu"].correct == expected
+    assert ours[8]["mmlu"].n_forward_sequences == 12  # one forward pass per question
 
 
 def test_piqa_equals_independent_loop(ours, hf_tokenizer, hf_model):
@@ -190,7 +190,7 @@ def test_winogrande_equals_independent_loop(ours, hf_tokenizer, hf_model):
 
 
 def test_loglikelihoods_do_not_depend_on_batch_size(ours):
-    for task in ("mmlu", "piqa", "winogrande"):
+    for task in ("piqa", "winogrande"):
         a = torch.tensor(ours[1][task].loglikelihoods)
         b = torch.tensor(ours[8][task].loglikelihoods)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
@@ -203,7 +203,7 @@ def test_bridge_backend_gives_the_same_outcomes(ours, smollm2_bridge):
 
 def test_result_fields(ours):
     res = ours[8]["mmlu"]
-    assert res.n == 16 and 0 <= res.accuracy <= 1
+    assert res.n == 12 and 0 <= res.accuracy <= 1
     assert set(res.per_subject) == set(MMLU_SUBJECTS)
     assert all(v["n"] == MMLU_LIMIT for v in res.per_subject.values())
     assert res.config["apply_chat_template"] is True and res.config["num_fewshot"] is None
