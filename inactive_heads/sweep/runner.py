@@ -578,7 +578,10 @@ def record_path(out: Path, rid: str) -> Path:
 def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
                 result, plan, model, heads=None) -> dict[str, Any]:
     """The run record: what ran, its accuracy and realized zeroing, and every question's outcome.
-    A static run (``heads``) also names its head set and the rule and questions that chose it."""
+    A static run (``heads``) also names its head set and the rule and questions that chose it; an
+    ablated run, what an oracle skipping its zeroed heads would save. A generation task's record
+    (``plan`` = its requests) keeps each question's generation and extracted answers instead of
+    log-likelihoods; its ``accuracy`` is the strict exact match."""
     import torch
 
     from ..models.loading import model_info
@@ -586,27 +589,7 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
 
     spec = ablation_for(config, key, tau, heads)
     info = model_info(model)
-    if config.is_generation:
-        return _generation_record(config, rid, key, q, tau, result, plan, model, spec)
-    static = {} if heads is None else {
-        "static_rule": heads.rule, "static_calibration": config.static_calibration,
-        "static_heads": [list(h) for h in heads], "static_n_sequences": heads.n_sequences,
-    }
-    oracle = {}
-    if getattr(result, "flagged", None) is not None:
-        from ..pruning.accountant import oracle_summary
-
-        oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
-    return {
-        "run_id": rid,
-        "model": config.model,
-        "task": plan.task,
-        "score": key,
-        "label": score_label(key) if key else "No ablation",
-        "p": q,
-        "threshold": tau,
-        "accuracy": result.accuracy,
-        "accuracy_percent": 100 * result.accuracy,
+    outcomes = _generation_outcomes(result, plan) if config.is_generation else {
         "acc_norm": result.acc_norm,
         "realized_fraction": result.realized_fraction,
         "realized_percent": 100 * result.realized_fraction,
@@ -620,6 +603,27 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
         "doc_ids": [req.doc_id for req in plan.requests],
         "subjects": [req.subject for req in plan.requests],
         "per_subject": result.per_subject,
+    }
+    static = {} if heads is None else {
+        "static_rule": heads.rule, "static_calibration": config.static_calibration,
+        "static_heads": [list(h) for h in heads], "static_n_sequences": heads.n_sequences,
+    }
+    oracle = {}
+    if getattr(result, "flagged", None) is not None:
+        from ..pruning.accountant import oracle_summary
+
+        oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
+    return {
+        "run_id": rid,
+        "model": config.model,
+        "task": result.task,
+        "score": key,
+        "label": score_label(key) if key else "No ablation",
+        "p": q,
+        "threshold": tau,
+        "accuracy": result.accuracy,
+        "accuracy_percent": 100 * result.accuracy,
+        **outcomes,
         "dtype": info.dtype,
         "device": str(model_device(model)),
         "backend": info.backend,
@@ -633,26 +637,9 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
     }
 
 
-def _generation_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
-                       result, requests, model, spec) -> dict[str, Any]:
-    """The run record of a generation task: the fields every record has (accuracy = strict exact
-    match, no log-likelihoods) and, per question, the generation and the extracted answers."""
-    import torch
-
-    from ..models.loading import model_info
-    from ..runtime.hooks import model_device
-
-    info = model_info(model)
+def _generation_outcomes(result, requests) -> dict[str, Any]:
+    """A generation run's outcomes (a ``GenerationResult``), in the fields every record has."""
     return {
-        "run_id": rid,
-        "model": config.model,
-        "task": result.task,
-        "score": key,
-        "label": score_label(key) if key else "No ablation",
-        "p": q,
-        "threshold": tau,
-        "accuracy": result.accuracy,
-        "accuracy_percent": 100 * result.accuracy,
         "acc_norm": None,
         "accuracy_flexible": result.accuracy_flexible,
         "realized_fraction": result.realized_fraction,
@@ -675,14 +662,6 @@ def _generation_record(config: SweepConfig, rid: str, key: str | None, q: float 
         "subjects": None,
         "per_subject": {},
         "savings": result.savings,
-        "dtype": info.dtype,
-        "device": str(model_device(model)),
-        "backend": info.backend,
-        "batch_size": config.batch_size,
-        "torch_threads": torch.get_num_threads(),
-        "seconds": result.seconds,
-        "ablation": spec.to_dict() if spec else None,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 
 
