@@ -353,7 +353,7 @@ def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=No
 ORACLE_COLUMNS = ("query_heads_pct", "kv_heads_pct", "prefill_flops_removed_pct", "kv_cache_removed_pct")
 
 
-def oracle_summary(model, flagged: Bool[Tensor, "seq layer head"], lengths) -> dict[str, float]:
+def oracle_summary(model, flagged: Bool[Tensor, "seq layer head"], lengths) -> dict[str, Any]:
     """:func:`oracle_savings` averaged over a run's inputs (each input weighs the same): the % of
     query heads, removable KV heads, prefill FLOPs at the input's length and KV-cache bytes that an
     oracle skipping each input's zeroed heads would save. Estimated: the toolkit computes them."""
