@@ -120,8 +120,8 @@ class Worker:
             "run_id": rid, "shard": shard, "inputs": indices, "loglikelihoods": lls,
             "n_sequences": len(indices), "seconds": result.seconds,
             "flagged_per_layer": ablation.stats.flagged_per_layer.tolist() if ablation is not None else None,
-            # per-input flags by global sequence id (the oracle savings of the record)
-            "flagged": None if result.flagged is None else dict(zip(sub.sequence_ids, result.flagged.clone())),
+            # each input's flags, bit-packed as hex in the order of "inputs" (the record's oracle savings)
+            "flagged": None if result.flagged is None else _pack_flags(result.flagged),
         }
         if result.head_scores is not None:
             out["scores"] = {k: v.clone() for k, v in result.head_scores.scores.items()}
@@ -145,7 +145,8 @@ class Worker:
             info = model_info(self.model)
             flagged = torch.tensor([p["flagged_per_layer"] for p in shards], dtype=torch.long).sum(dim=0)
             masks = {} if any(p.get("flagged") is None for p in shards) else {
-                int(i): m for p in shards for i, m in p["flagged"].items()}
+                i: m for p in shards for i, m in zip(p["inputs"], _unpack_flags(p["flagged"], info.n_layers,
+                                                                                  info.n_heads))}
             stats = AblationStats(info.n_layers, info.n_heads, n_sequences=sum(p["n_sequences"] for p in shards),
                                   flagged_per_layer=flagged, masks=masks)
         result = summarize(self.plan, lls, stats=stats)
@@ -169,6 +170,30 @@ class Worker:
                                description=scores_description(self.config, self.plan),
                                batch_size=self.config.batch_size, seed=0, seconds=seconds)
         return HeadScores(scores, meta)
+
+
+def _pack_flags(flags) -> list[str]:
+    """``[input, layer, head]`` booleans as one hex string of packed bits per input (JSON-sized).
+
+    >>> import torch
+    >>> flags = torch.tensor([[[True, False, True]], [[False, False, False]]])
+    >>> _pack_flags(flags), bool(torch.equal(_unpack_flags(_pack_flags(flags), 1, 3), flags))
+    (['a0', '00'], True)
+    """
+    import numpy as np
+
+    return [np.packbits(row.flatten().numpy()).tobytes().hex() for row in flags.cpu()]
+
+
+def _unpack_flags(packed: list[str], n_layers: int, n_heads: int):
+    """Inverse of :func:`_pack_flags`: a ``[input, layer, head]`` bool tensor."""
+    import numpy as np
+    import torch
+
+    n = n_layers * n_heads
+    rows = [np.unpackbits(np.frombuffer(bytes.fromhex(h), dtype=np.uint8))[:n] for h in packed]
+    return torch.from_numpy(np.stack(rows).astype(bool)).reshape(len(packed), n_layers, n_heads) if rows else \
+        torch.zeros((0, n_layers, n_heads), dtype=torch.bool)
 
 
 def _build(spec: dict[str, Any]):
