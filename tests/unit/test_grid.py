@@ -79,3 +79,14 @@ def test_sweep_cli_refuses_ray_options_without_ray_and_a_locked_folder(tmp_path,
                      "--subjects", "anatomy"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"in use by another sweep (pid {os.getpid()}" in err[0]
+
+
+def test_generation_options_reach_the_gsm8k_cells_only_and_static_options_every_cell():
+    grid = GridConfig(models=["smollm2-135m"], tasks=["piqa", "gsm8k"],
+                      sweep={"limit": 20, "decision": "prompt", "max_gen_toks": 64})
+    piqa, gsm8k = grid.sweep_config("smollm2-135m", "piqa"), grid.sweep_config("smollm2-135m", "gsm8k")
+    assert (piqa.decision, piqa.max_gen_toks) == (None, None)
+    assert (gsm8k.decision, gsm8k.max_gen_toks) == ("prompt", 64)
+    static = GridConfig(models=["smollm2-135m"], tasks=["piqa", "winogrande"],
+                        sweep={"limit": 20, "static_rule": "mean", "static_calibration": [100, 150]})
+    assert all(static.sweep_config("smollm2-135m", t).static_keys for t in static.tasks)
