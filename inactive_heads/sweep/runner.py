@@ -131,7 +131,6 @@ class SweepConfig:
             raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS + GENERATION_TASKS)}, "
                             "or lm-eval:<lm-eval task>")
         self._check_generation_options()
-        self._check_static_options()
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise UserError(f"limit must be a positive integer, got {self.limit!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -154,6 +153,7 @@ class SweepConfig:
         for key in self.scores:
             get_score(key)
         self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
+        self._check_static_options()  # after limit and quantiles are checked
         if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
             raise UserError(
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
