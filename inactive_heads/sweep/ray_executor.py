@@ -182,7 +182,7 @@ def _pack_flags(flags) -> list[str]:
     """
     import numpy as np
 
-    return [np.packbits(row.flatten().numpy()).tobytes().hex() for row in flags.cpu()]
+    return [np.packbits(row.flatten().bool().numpy()).tobytes().hex() for row in flags.cpu()]
 
 
 def _unpack_flags(packed: list[str], n_layers: int, n_heads: int):
