@@ -4,11 +4,14 @@ Variants, on the same GSM8K prompts (tokenized once), greedy, AHON (LN) at the Ï
 fraction ``p`` of the prompts' own pooled scores (recorded with nothing zeroed):
 
 - ``per_step``: no KV cache; every new token re-runs the whole sequence and re-decides the heads;
+- ``per_step_reuse``: the same protocol with ``reuse_prefix=True``: the few-shot prefix shared by
+  the prompts is computed once per decision history, each step runs the rest of each sequence;
 - ``prompt_uncached``: heads decided on the prompt and held, whole sequence re-run per token;
 - ``prompt_cached``: the same decision, TransformerLens's KV cache (left padding, per-row stop).
 
 ``tokens_per_s`` = generated tokens / wall seconds of each variant, measured in this run, and
-``ratio_tps_prompt_cached_vs_per_step`` their ratio. Two checks, token for token:
+``ratio_tps_prompt_cached_vs_per_step`` and ``ratio_tps_per_step_reuse_vs_per_step`` ratios.
+Three checks, token for token: ``per_step_reuse_equals_per_step``,
 ``per_step_equals_reference`` (per_step against the independent Hugging Face loop of
 ``tests/reference_generation.py`` on the first ``--reference-prompts`` prompts) and
 ``prompt_cached_equals_uncached``. The last line printed is one JSON object.
@@ -57,11 +60,13 @@ def main():
     tau = ih.calibrate(scores, "ahon_ln", [args.p]).values[0]
 
     runs = {}
-    for name, decision, cache in (("per_step", "per_step", False), ("prompt_uncached", "prompt", False),
-                                  ("prompt_cached", "prompt", True)):
+    for name, decision, cache, reuse in (("per_step", "per_step", False, False),
+                                         ("per_step_reuse", "per_step", False, True),
+                                         ("prompt_uncached", "prompt", False, False),
+                                         ("prompt_cached", "prompt", True, False)):
         start = time.perf_counter()
         out = generate(model, prompts, ablation=ih.DynamicAblation("ahon_ln", tau), decision=decision,
-                       max_new_tokens=args.max_new_tokens, until=until, use_cache=cache,
+                       max_new_tokens=args.max_new_tokens, until=until, use_cache=cache, reuse_prefix=reuse,
                        batch_size=args.batch_size, progress=False)
         seconds = time.perf_counter() - start
         runs[name] = (out, seconds)
@@ -91,9 +96,12 @@ def main():
         "tokens_per_s": {name: tps(name) for name in runs},
         "realized_fraction": {name: runs[name][0].realized_fraction for name in runs},
         "savings_prompt": runs["prompt_cached"][0].savings,
+        "prefix_reuse": runs["per_step_reuse"][0].prefix_reuse,
+        "ratio_tps_per_step_reuse_vs_per_step": tps("per_step_reuse") / tps("per_step"),
         "ratio_tps_prompt_cached_vs_per_step": tps("prompt_cached") / tps("per_step"),
         "reference_prompts": n_ref,
         "per_step_equals_reference": per_step.tokens[:n_ref] == expected,
+        "per_step_reuse_equals_per_step": runs["per_step_reuse"][0].tokens == per_step.tokens,
         "prompt_cached_equals_uncached": runs["prompt_cached"][0].tokens == runs["prompt_uncached"][0].tokens,
     }
     print(json.dumps(result))

@@ -19,7 +19,7 @@ from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
-from ..runtime.hooks import HeadHookRunner, make_batches, model_device
+from ..runtime.hooks import HeadHookRunner, make_batches, model_device, unembed_at
 from ..models.loading import architecture_of, model_info
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
@@ -235,7 +235,7 @@ def _logits_at(model, tokens, valid, rows, positions):
     # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
     if hasattr(model, "unembed") and isinstance(model, HookedTransformer):
         resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
-        return _unembed_at(model, resid, rows, positions)
+        return unembed_at(model, resid, rows, positions)
     hf = getattr(model, "original_model", None)  # a TransformerBridge's Hugging Face model
     if hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR:
         # The bridge's modules run (hooks fire) through Hugging Face's base model; the vocabulary
@@ -255,16 +255,6 @@ _HEAD_IS_ONE_LINEAR = frozenset({
     "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
     "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
 })
-
-
-def _unembed_at(model, resid, rows, positions):
-    """A ``HookedTransformer``'s logits from its last residual stream, at (row, position) pairs."""
-    x = resid[rows, positions][:, None, :]
-    logits = model.unembed(model.ln_final(x))[:, 0, :]
-    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
-    if cap and cap > 0:
-        logits = cap * torch.tanh(logits / cap)
-    return logits
 
 
 @dataclass
@@ -370,7 +360,7 @@ def _run_shared(model, plan: EvalPlan, run: PlanPass, shared: SharedPrefix, memb
         resid = shared.forward(batch.tokens, batch.valid, plan.global_ids(indices))
         rows, positions, owners = _batch_targets(plan, indices.tolist(), offset)
         device = resid.device
-        logits = _unembed_at(model, resid, torch.tensor(rows, device=device), torch.tensor(positions, device=device))
+        logits = unembed_at(model, resid, torch.tensor(rows, device=device), torch.tensor(positions, device=device))
         _add_loglikelihoods(plan, run, logits, owners)
         bar.update(len(indices))
 
@@ -490,16 +480,17 @@ def evaluate(
 
     ``task="gsm8k"`` generates (:func:`~inactive_heads.evaluation.generation.evaluate_generation`,
     a :class:`GenerationResult`): ``decision`` = ``"per_step"`` (default, the authors' protocol)
-    or ``"prompt"``, ``max_gen_toks`` (default 256).
+    or ``"prompt"``, ``max_gen_toks`` (default 256); ``reuse_prefix=True`` with ``per_step`` runs
+    the few-shot prefix once per decision history (the same tokens up to float rounding).
     """
     if isinstance(task, str) and task in GENERATION_TASKS:
-        if subjects is not None or source is not None or record or reuse_prefix or attention != "auto":
-            raise UserError(f"{task} is a generation task: subjects, source, record, reuse_prefix and "
-                            "attention apply to log-likelihood tasks only; leave them unset")
+        if subjects is not None or source is not None or record or attention != "auto":
+            raise UserError(f"{task} is a generation task: subjects, source, record and attention apply to "
+                            "log-likelihood tasks only; leave them unset")
         return evaluate_generation(
             model, task, ablation=as_ablation(ablation), decision=decision or "per_step", limit=limit,
             num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
-            batch_size=batch_size, progress=progress,
+            reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress,
         )
     if decision is not None or max_gen_toks is not None:
         raise UserError("decision and max_gen_toks apply to generation tasks (gsm8k) only; leave them unset")

@@ -37,7 +37,17 @@ from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..runtime.fast_attention import attention_form
-from ..runtime.hooks import HeadHookRunner, hook_name, installed, make_batches, model_device, run_forward, zero_heads
+from ..runtime.hooks import (
+    HeadHookRunner,
+    hook_name,
+    installed,
+    make_batches,
+    model_device,
+    run_forward,
+    unembed_at,
+    zero_heads,
+)
+from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import toolkit_version
 from .tasks import (
     GSM8K_MAX_GEN_TOKS,
@@ -63,6 +73,8 @@ class GenerationOutput:
     n_forward_passes: int = 0
     savings: dict[str, Any] | None = None
     seconds: float = 0.0
+    # What prefix reuse did (per_step with reuse_prefix=True; ReuseStats' counts).
+    prefix_reuse: dict[str, Any] | None = None
 
 
 class _HeldHeads:
@@ -92,11 +104,7 @@ def _last_logits(model, tokens: Int[Tensor, "batch pos"], valid: Bool[Tensor, "b
         mask = valid.to(dtype=torch.long, device=tokens.device)
         with attention_form(model, "exact"):
             resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
-        logits = model.unembed(model.ln_final(resid[rows, last][:, None, :]))[:, 0, :]
-        cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
-        if cap and cap > 0:
-            logits = cap * torch.tanh(logits / cap)
-        return logits
+        return unembed_at(model, resid, rows, last)
     return run_forward(model, tokens, valid)[rows, last]
 
 
@@ -143,6 +151,7 @@ def generate(
     until: Sequence[str] = (),
     eos_token_id: int | None = None,
     use_cache: bool = True,
+    reuse_prefix: bool = False,
     batch_size: int = 8,
     progress: bool = True,
 ) -> GenerationOutput:
@@ -157,11 +166,19 @@ def generate(
     Each row stops at ``eos_token_id`` (default: the tokenizer's), at ``max_new_tokens``, or
     once a string of ``until`` appears in its decoded tokens; ``tokens`` include the stopping
     token. Results do not depend on ``batch_size``.
+
+    ``reuse_prefix=True`` (``per_step`` only): prompts sharing a long prefix (few-shot examples)
+    compute it once per decision history and run only the rest at each step; the numbers equal a
+    full re-run up to float rounding (as ``evaluate``'s ``reuse_prefix``), so a token can differ
+    only where two logits tie within rounding. ``prefix_reuse`` in the output says what it did.
     """
     if decision not in DECISIONS:
         raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if reuse_prefix and decision != "per_step":
+        raise UserError("reuse_prefix applies to decision='per_step' (decision='prompt' computes each prompt "
+                        "once already); drop reuse_prefix or use decision='per_step'")
     prompts = _check_prompts(model, prompts, max_new_tokens)
     abl = as_ablation(ablation)
     tokenizer = getattr(model, "tokenizer", None)
@@ -172,7 +189,7 @@ def generate(
     start = time.perf_counter()
     bar = tqdm(total=len(prompts), desc=f"generate [{decision}]", unit="seq", disable=not progress, leave=False)
     if decision == "per_step":
-        out = _per_step(model, prompts, abl, stopper, batch_size, bar)
+        out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix)
     else:
         out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache)
     bar.close()
@@ -180,8 +197,13 @@ def generate(
     return out
 
 
-def _per_step(model, prompts, abl, stopper, batch_size, bar) -> GenerationOutput:
-    """No KV cache: each step re-runs every unfinished sequence whole, deciding the heads anew."""
+def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool = False) -> GenerationOutput:
+    """No KV cache: each step re-runs every unfinished sequence whole, deciding the heads anew.
+
+    With ``reuse_prefix``, prompts that share a long prefix (GSM8K's few-shot examples) run against
+    one :class:`~inactive_heads.runtime.prefix.SharedPrefix`: the prefix is computed once per
+    decision history, and each step runs only the rest of each sequence (its question and what it
+    generated), with every score still over the whole sequence."""
     generated: list[list[int]] = [[] for _ in prompts]
     hooks, runner = [], None
     if abl is not None:
@@ -189,25 +211,53 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar) -> GenerationOutput
         runner = HeadHookRunner(model, abl.on_layer, reads=abl.reads, seed=abl.seed)
         hooks = runner.fwd_hooks()
     stride = stopper.max_new
-    active = list(range(len(prompts)))
+    device = model_device(model)
     passes = 0
-    with installed(model, hooks), torch.inference_mode():
-        while active:
-            seqs = [prompts[i] + generated[i] for i in active]
-            for batch in make_batches(seqs, batch_size, device=model_device(model)):
-                members = [active[j] for j in batch.indices.tolist()]
-                if runner is not None:
-                    # One sequence id per (prompt, step): Random draws anew at every pass.
-                    ids = torch.tensor([i * stride + len(generated[i]) for i in members], dtype=torch.long)
-                    runner.set_batch(batch.valid, ids)
-                nxt = _last_logits(model, batch.tokens, batch.valid).argmax(dim=-1).tolist()
-                for i, t in zip(members, nxt):
-                    generated[i].append(int(t))
-                passes += len(members)
-            finished = [i for i in active if stopper.done(generated[i])]
-            bar.update(len(finished))
-            active = [i for i in active if i not in set(finished)]
-    out = GenerationOutput(generated, "per_step", False, n_forward_passes=passes)
+    reuse: dict[str, Any] = {"used": False}
+
+    def ids_of(members: list[int]) -> Tensor:
+        # One sequence id per (prompt, step): Random draws anew at every pass.
+        return torch.tensor([i * stride + len(generated[i]) for i in members], dtype=torch.long)
+
+    with attention_form(model, "exact") as fast, torch.inference_mode():
+        groups, alone = [], list(range(len(prompts)))
+        if reuse_prefix and fast and supports_prefix_reuse(model, abl):
+            groups, alone = group_by_prefix(prompts, [len(p) - 1 for p in prompts])
+            stats = ReuseStats()
+            shared = [SharedPrefix(model, g.tokens, [abl.flags_for] if abl is not None else [],
+                                   reads=abl.reads if abl is not None else ("z",),
+                                   seed=abl.seed if abl is not None else 0, stats=stats) for g in groups]
+        # Each part: its SharedPrefix (None: whole sequences) and its unfinished prompts.
+        parts: list[tuple[SharedPrefix | None, list[int]]] = [(None, alone)]
+        if groups:
+            parts += [(sp, list(g.members)) for sp, g in zip(shared, groups)]
+        while any(rows for _, rows in parts):
+            for k, (sp, rows) in enumerate(parts):
+                if not rows:
+                    continue
+                offset = sp.length if sp is not None else 0
+                seqs = [(prompts[i] + generated[i])[offset:] for i in rows]
+                for batch in make_batches(seqs, batch_size, device=device):
+                    batch_rows = [rows[j] for j in batch.indices.tolist()]
+                    if sp is None:
+                        if runner is not None:
+                            runner.set_batch(batch.valid, ids_of(batch_rows))
+                        with installed(model, hooks):
+                            logits = _last_logits(model, batch.tokens, batch.valid)
+                    else:
+                        resid = sp.forward(batch.tokens, batch.valid, ids_of(batch_rows))
+                        last = batch.valid.sum(dim=1).to(resid.device) - 1
+                        logits = unembed_at(model, resid, torch.arange(len(batch_rows), device=resid.device), last)
+                    for i, t in zip(batch_rows, logits.argmax(dim=-1).tolist()):
+                        generated[i].append(int(t))
+                    passes += len(batch_rows)
+                finished = {i for i in rows if stopper.done(generated[i])}
+                bar.update(len(finished))
+                parts[k] = (sp, [i for i in rows if i not in finished])
+        if groups:
+            reuse = {"used": True, "n_prompts": len(prompts), "prompts_reused": sum(len(g.members) for g in groups),
+                     **stats.as_dict()}
+    out = GenerationOutput(generated, "per_step", False, n_forward_passes=passes, prefix_reuse=reuse)
     if abl is not None:
         out.realized_fraction = abl.stats.realized_fraction
         out.realized_fraction_per_layer = abl.stats.realized_fraction_per_layer
@@ -298,8 +348,7 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
         held.masks = masks[rows]
         # TransformerLens's own attention runs with a cache (the fast forward steps aside).
         with attention_form(model, "eager"):
-            logits = model(tokens.to(device), attention_mask=mask.to(device), past_kv_cache=cache)
-            nxt = logits[:, -1].argmax(dim=-1)
+            nxt = _next_cached(model, tokens.to(device), mask.to(device), cache)
             while True:
                 keep = []
                 for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
@@ -316,9 +365,17 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
                     nxt = nxt[keep]
                     held.masks = masks[rows]
                 step = torch.ones((len(rows), 1), dtype=torch.long, device=device)
-                logits = model(nxt[:, None], attention_mask=step, past_kv_cache=cache)
-                nxt = logits[:, -1].argmax(dim=-1)
+                nxt = _next_cached(model, nxt[:, None], step, cache)
     return generated
+
+
+def _next_cached(model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"], cache) -> Int[Tensor, " batch"]:
+    """The greedy next token of each row after feeding ``tokens`` through the KV cache: the
+    unembedding runs on the last position only."""
+    resid = model(tokens, attention_mask=mask, past_kv_cache=cache, stop_at_layer=model.cfg.n_layers)
+    rows = torch.arange(tokens.shape[0], device=resid.device)
+    last = torch.full_like(rows, resid.shape[1] - 1)
+    return unembed_at(model, resid, rows, last).argmax(dim=-1)
 
 
 def _keep_rows(cache, keep: list[int]) -> None:
@@ -390,6 +447,7 @@ class GenerationResult:
     n_forward_passes: int = 0
     n_generated_tokens: int = 0
     savings: dict[str, Any] | None = None
+    prefix_reuse: dict[str, Any] | None = None  # per_step with reuse_prefix: what the reuse did
     config: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -433,6 +491,7 @@ def evaluate_generation(
     apply_chat_template: bool | None = None,
     max_gen_toks: int | None = None,
     use_cache: bool = True,
+    reuse_prefix: bool = False,
     batch_size: int = 8,
     progress: bool = True,
     requests: Sequence[GenerationRequest] | None = None,
@@ -455,8 +514,8 @@ def evaluate_generation(
     abl = as_ablation(ablation)
     until = requests[0].until if requests else ()
     out = generate(model, [r.context_ids for r in requests], ablation=abl, decision=decision,
-                   max_new_tokens=max_new, until=until, use_cache=use_cache, batch_size=batch_size,
-                   progress=progress)
+                   max_new_tokens=max_new, until=until, use_cache=use_cache, reuse_prefix=reuse_prefix,
+                   batch_size=batch_size, progress=progress)
     tokenizer = model.tokenizer
     generations, answers, strict, flexible = [], [], [], []
     for req, toks in zip(requests, out.tokens):
@@ -487,11 +546,12 @@ def evaluate_generation(
         n_forward_passes=out.n_forward_passes,
         n_generated_tokens=sum(len(t) for t in out.tokens),
         savings=out.savings,
+        prefix_reuse=out.prefix_reuse,
         seconds=out.seconds,
         config={
             "model": info.name, "task": task, "limit": limit, "num_fewshot": num_fewshot,
             "apply_chat_template": chat, "prepend_bos": info.prepend_bos, "max_gen_toks": max_new,
-            "decision": decision, "use_cache": use_cache, "batch_size": batch_size,
+            "decision": decision, "use_cache": use_cache, "reuse_prefix": reuse_prefix, "batch_size": batch_size,
             "ablation": abl.spec.to_dict() if abl is not None else None, "dtype": info.dtype,
             "backend": info.backend, "toolkit_version": toolkit_version(),
         },

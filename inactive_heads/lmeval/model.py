@@ -191,7 +191,8 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
     ``attention`` and ``reuse_prefix`` are :func:`inactive_heads.evaluate`'s, for the
     log-likelihood requests: ``"auto"`` (default) runs PyTorch's fused attention when nothing is
     zeroed and the exact form otherwise; ``reuse_prefix=True`` computes a prefix shared by many
-    inputs (few-shot examples) once.
+    inputs (few-shot examples) once, for log-likelihoods and for ``decision="per_step"``
+    generation.
     """
 
     def __init__(
@@ -427,7 +428,8 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         for (until, max_new), members in groups.items():
             out = generate(self.model, [prompts[i] for i in members], ablation=ablation, decision=self.decision,
                            max_new_tokens=max_new, until=until, eos_token_id=self.eot_token_id,
-                           use_cache=self.use_cache, batch_size=self._batch_size, progress=self.progress)
+                           use_cache=self.use_cache, reuse_prefix=self.reuse_prefix and self.decision == "per_step",
+                           batch_size=self._batch_size, progress=self.progress)
             flagged += out.realized_fraction * out.n_forward_passes * self.info.n_layers * self.info.n_heads
             passes += out.n_forward_passes
             for i, generated in zip(members, out.tokens):

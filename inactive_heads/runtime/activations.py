@@ -119,9 +119,35 @@ def at_least_float32(t: Tensor) -> Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
-# Per-head factors of the W_O Gram matrices, computed once per weight:
-# id(weight) -> (weakref to it, its version, layout of the view, factor).
-_GRAM_CACHE: dict[int, tuple] = {}
+# Tensors derived from a weight, computed once per weight:
+# (id(weight), what) -> (weakref to it, its version, layout of the view, derived tensor).
+_DERIVED: dict[tuple[int, str], tuple] = {}
+
+
+def derived_from_weight(weight: Tensor, what: str, make: Callable[[Tensor], Tensor]) -> Tensor:
+    """``make(weight)`` (``what`` names it), cached on the weight tensor that ``weight`` is (or is
+    a view of) and computed again when that weight changes in place (its version counter), moves
+    to other storage, or is freed. A weight whose version cannot be read (an inference-mode
+    temporary) is never cached. ``make`` runs outside inference mode, without gradients."""
+    base = weight if weight._base is None else weight._base
+    try:
+        version = base._version
+    except RuntimeError:  # inference tensors carry no version counter
+        version = None
+    layout = (weight.data_ptr(), weight.storage_offset(), tuple(weight.shape), tuple(weight.stride()),
+              weight.dtype, weight.device)
+    key = (id(base), what)
+    if version is not None:
+        hit = _DERIVED.get(key)
+        if hit is not None and hit[0]() is base and hit[1] == version and hit[2] == layout:
+            return hit[3]
+    with torch.inference_mode(False), torch.no_grad():
+        derived = make(weight.detach())
+    if version is not None:
+        for stale in [k for k, v in _DERIVED.items() if v[0]() is None]:
+            del _DERIVED[stale]
+        _DERIVED[key] = (weakref.ref(base), version, layout, derived)
+    return derived
 
 
 def output_gram_factor(w_o: Float[Tensor, "head d_head d_model"]) -> Float[Tensor, "head d_head d_head"]:
@@ -130,27 +156,8 @@ def output_gram_factor(w_o: Float[Tensor, "head d_head d_model"]) -> Float[Tenso
     Then ‖o W_O^(h)‖ = ‖o R_hᵀ‖: a ``[d_head, d_head]`` product per head instead of the
     ``[d_head, d_model]`` one. R_h comes from a float64 QR of W_O^(h)ᵀ (= Q_h R_h), which is the
     Cholesky factor of G_h without forming G_h, so a nearly rank-deficient W_O loses no accuracy
-    (the quadratic form o G oᵀ in float32 would).
-
-    Cached on the weight tensor that ``w_o`` is (or is a view of); recomputed when that weight
-    changes in place (its version counter) or is freed. A weight whose version cannot be read
-    (an inference-mode temporary) is never cached.
+    (the quadratic form o G oᵀ in float32 would). Computed once per weight
+    (:func:`derived_from_weight`).
     """
-    base = w_o if w_o._base is None else w_o._base
-    try:
-        version = base._version
-    except RuntimeError:  # inference tensors carry no version counter
-        version = None
-    layout = (w_o.storage_offset(), tuple(w_o.shape), tuple(w_o.stride()), w_o.dtype, w_o.device)
-    if version is not None:
-        hit = _GRAM_CACHE.get(id(base))
-        if hit is not None and hit[0]() is base and hit[1] == version and hit[2] == layout:
-            return hit[3]
-    with torch.inference_mode(False), torch.no_grad():
-        r = torch.linalg.qr(w_o.detach().double().transpose(-1, -2), mode="r").R
-        factor = r.float()
-    if version is not None:
-        for key in [k for k, v in _GRAM_CACHE.items() if v[0]() is None]:
-            del _GRAM_CACHE[key]
-        _GRAM_CACHE[id(base)] = (weakref.ref(base), version, layout, factor)
-    return factor
+    return derived_from_weight(
+        w_o, "gram_factor", lambda w: torch.linalg.qr(w.double().transpose(-1, -2), mode="r").R.float())

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
 from ..models.loading import model_info
-from .activations import LayerActivations
+from .activations import LayerActivations, derived_from_weight
 from ..core.errors import UserError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
@@ -141,6 +142,36 @@ def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = Fals
         if not stop_early:
             raise
         return None
+
+
+def _unembed(unembed, x: Float[Tensor, "n 1 d_model"]) -> Float[Tensor, "n 1 vocab"]:
+    """TransformerLens's ``Unembed`` (its hooks, its arithmetic) without the per-call copy.
+
+    Its forward computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a transposed copy of the whole
+    unembedding on every call (160 ms per call for SmolLM2's 49 k × 576 on 2 CPU cores, more than
+    the product itself). On CPU with gradients off, the copy is made once per weight
+    (:func:`~inactive_heads.runtime.activations.derived_from_weight`), and the same ``F.linear``
+    call gives the same bits. Elsewhere (GPU, gradients, a subclass) TransformerLens's forward runs."""
+    from transformer_lens.components import Unembed
+
+    W = unembed.W_U
+    if type(unembed) is not Unembed or W.device.type != "cpu" or torch.is_grad_enabled():
+        return unembed(x)
+    transposed = derived_from_weight(W, "transposed", lambda w: w.T.contiguous())
+    return unembed.hook_out(F.linear(unembed.hook_in(x), transposed, unembed.b_U))
+
+
+def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tensor, " n"],
+               positions: Int[Tensor, " n"]) -> Float[Tensor, "n vocab"]:
+    """A ``HookedTransformer``'s logits from its last residual stream at (row, position) pairs
+    only: the final norm and the unembedding run on those rows, not on the whole batch (then the
+    soft cap of models that have one)."""
+    x = resid[rows, positions][:, None, :]
+    logits = _unembed(model.unembed, model.ln_final(x))[:, 0, :]
+    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
+    if cap and cap > 0:
+        logits = cap * torch.tanh(logits / cap)
+    return logits
 
 
 # ----------------------------------------------------------------------------------------------

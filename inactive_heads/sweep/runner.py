@@ -190,11 +190,13 @@ class SweepConfig:
                                               or not isinstance(self.max_gen_toks, int) or self.max_gen_toks < 1):
             raise UserError(f"max_gen_toks must be a positive integer, got {self.max_gen_toks!r}")
         unsupported = [name for name, value, default in (
-            ("reuse_prefix", self.reuse_prefix, False), ("attention", self.attention, "auto"),
-            ("source", self.source, None)) if value != default]
+            ("attention", self.attention, "auto"), ("source", self.source, None)) if value != default]
         if unsupported:
             raise UserError(f"{', '.join(unsupported)} apply to log-likelihood tasks only; leave them unset "
                             f"for task '{self.task}'")
+        if self.reuse_prefix and self.decision != "per_step":
+            raise UserError(f"reuse_prefix applies to decision 'per_step' in generation tasks, got decision "
+                            f"'{self.decision}'; drop reuse_prefix or use decision per_step")
 
     def _check_static_options(self) -> None:
         from ..pruning.static import RULES
@@ -525,7 +527,8 @@ def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, 
     result = evaluate_generation(model, config.task, ablation=ablation, decision=config.decision,
                                  limit=config.limit, num_fewshot=config.num_fewshot,
                                  apply_chat_template=config.apply_chat_template, max_gen_toks=config.max_gen_toks,
-                                 batch_size=config.batch_size, progress=progress, requests=plan)
+                                 reuse_prefix=config.reuse_prefix, batch_size=config.batch_size, progress=progress,
+                                 requests=plan)
     result.head_scores = record_prompt_scores(config, model, plan, record, progress) if record else None
     return result
 

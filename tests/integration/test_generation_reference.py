@@ -4,6 +4,7 @@
 ``tests/reference_generation.py``: plain Hugging Face forwards of the same converted model folder,
 scores from the attention weights and value vectors in float64, heads zeroed before ``o_proj``.
 ``decision="prompt"`` with TransformerLens's KV cache must equal the same decision without one.
+``per_step`` with ``reuse_prefix=True`` (the few-shot prefix computed once) must equal the loop too.
 """
 
 import pytest
@@ -44,6 +45,12 @@ def test_per_step_equals_the_independent_loop(smollm2_hooked, requests_, thresho
     assert ours.tokens == expected
     assert ours.realized_fraction > 0
     assert ours.realized_fraction == pytest.approx(reference.realized_fraction(), abs=1e-12)
+    # The few-shot prefix computed once per decision history: still the independent loop's tokens.
+    reused = generate(model, prompts, ablation=ih.DynamicAblation(score, tau), decision="per_step",
+                      max_new_tokens=MAX_NEW, until=until, batch_size=2, progress=False, reuse_prefix=True)
+    assert reused.prefix_reuse["used"] and reused.prefix_reuse["prompts_reused"] == len(prompts)
+    assert reused.tokens == expected
+    assert reused.realized_fraction == pytest.approx(ours.realized_fraction, abs=1e-12)
 
 
 def test_prompt_decision_cached_equals_uncached(smollm2_hooked, requests_, thresholds):

@@ -64,6 +64,38 @@ def test_per_step_does_not_depend_on_batch_size(model, ablation):
     assert batched.n_forward_passes == sum(len(t) for t in batched.tokens)
 
 
+# Four prompts with a shared 36-token prefix (few-shot examples) and their own tails, and one alone.
+_SHARED = random_sequences(1, seed=7, min_len=36, max_len=36)[0]
+SHARED_PROMPTS = [_SHARED + tail for tail in random_sequences(4, seed=8, min_len=1, max_len=6)] + [PROMPTS[0]]
+
+
+@pytest.mark.parametrize("ablation", ["none", "ahon_ln", "awft"])
+def test_per_step_with_prefix_reuse_equals_the_full_rerun(model, ablation):
+    # Reuse computes the shared prefix once per decision history and runs only each sequence's
+    # rest; tokens and the per-pass decisions (realized fraction) must be those of the full re-run.
+    full = generate(model, SHARED_PROMPTS, ablation=ABLATIONS[ablation](), decision="per_step",
+                    max_new_tokens=7, batch_size=3, progress=False)
+    reused = generate(model, SHARED_PROMPTS, ablation=ABLATIONS[ablation](), decision="per_step",
+                      max_new_tokens=7, batch_size=3, progress=False, reuse_prefix=True)
+    assert reused.tokens == full.tokens
+    assert reused.realized_fraction == pytest.approx(full.realized_fraction, abs=1e-12)
+    assert reused.realized_fraction_per_layer == pytest.approx(full.realized_fraction_per_layer, abs=1e-12)
+    if ablation != "none":
+        assert 0 < full.realized_fraction < 1  # the thresholds flag some heads, not all
+    assert reused.n_forward_passes == full.n_forward_passes == sum(len(t) for t in full.tokens)
+    assert full.prefix_reuse == {"used": False}
+    assert reused.prefix_reuse["used"] and reused.prefix_reuse["prompts_reused"] == 4
+    assert reused.prefix_reuse["hit_rate"] > 0.5  # 4 prompts x 7 steps share each layer's prefix states
+
+
+def test_per_step_prefix_reuse_runs_random_in_full(model):
+    # Random draws per sequence: nothing to share, so it runs whole sequences, as without reuse.
+    full = _run(model, "random", decision="per_step")
+    reused = _run(model, "random", decision="per_step", reuse_prefix=True)
+    assert reused.prefix_reuse == {"used": False}
+    assert reused.tokens == full.tokens and reused.realized_fraction == full.realized_fraction
+
+
 def test_cached_logits_equal_a_full_recompute(model):
     # One decode step by hand: the cached path's next-token logits against a whole-sequence pass.
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
@@ -150,6 +182,7 @@ def test_zeroed_nan_does_not_survive(model):
     ({"max_new_tokens": 64}, "less than the model context"),
     ({"batch_size": 0}, "batch_size"),
     ({"until": ("Q:",), "max_new_tokens": 4}, "tokenizer"),
+    ({"reuse_prefix": True}, "reuse_prefix applies to decision='per_step'"),
 ])
 def test_bad_input(model, kwargs, match):
     with pytest.raises(UserError, match=match):

@@ -140,6 +140,34 @@ def test_gram_factor_is_cached_per_weight_and_follows_in_place_changes():
     torch.testing.assert_close(second.abs(), 2 * first.abs())
 
 
+def test_unembed_at_equals_transformer_lens_unembed_to_the_bit_and_follows_weight_edits():
+    from inactive_heads.runtime.hooks import unembed_at
+
+    model = tiny_gqa_model(seed=4)
+    resid = torch.randn(3, 5, model.cfg.d_model)
+    rows, positions = torch.tensor([0, 2, 2]), torch.tensor([4, 0, 3])
+
+    def expected():  # TransformerLens's own final norm and Unembed.forward (its per-call copy)
+        return model.unembed(model.ln_final(resid[rows, positions][:, None]))[:, 0]
+
+    with torch.inference_mode():
+        assert torch.equal(unembed_at(model, resid, rows, positions), expected())
+        whole = model(resid, start_at_layer=model.cfg.n_layers)  # TransformerLens's logits, every position
+        torch.testing.assert_close(unembed_at(model, resid, rows, positions), whole[rows, positions])
+    with torch.no_grad():
+        model.unembed.W_U.mul_(-0.5)  # an in-place edit must not be served a stale copy
+    with torch.inference_mode():
+        assert torch.equal(unembed_at(model, resid, rows, positions), expected())
+    seen = []
+    with model.hooks(fwd_hooks=[("unembed.hook_in", lambda x, hook: seen.append(x.shape))]):
+        with torch.inference_mode():
+            unembed_at(model, resid, rows, positions)
+    assert seen == [(3, 1, model.cfg.d_model)]  # TransformerLens's hooks still fire, on the scored rows
+    logits = unembed_at(model, resid, rows, positions)  # gradients on: through W_U itself
+    logits.sum().backward()
+    assert model.unembed.W_U.grad is not None and model.unembed.W_U.grad.abs().sum() > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Transfers: one device→host copy per batch
 

@@ -156,12 +156,15 @@ def test_generation_options_are_checked_in_one_line():
     from inactive_heads.sweep.run import run_sweep
 
     assert SweepConfig(task="gsm8k").decision == "per_step"  # the authors' protocol, written out in sweep.json
+    assert SweepConfig(task="gsm8k", reuse_prefix=True).reuse_prefix  # per_step runs the few-shot prefix once
     for options, message in (
         ({"task": "gsm8k", "decision": "per_token"}, "unknown decision 'per_token'; use one of per_step, prompt"),
         ({"task": "mmlu", "decision": "prompt"}, "apply to generation tasks (gsm8k) only"),
         ({"task": "piqa", "max_gen_toks": 32}, "apply to generation tasks (gsm8k) only"),
         ({"task": "gsm8k", "max_gen_toks": 0}, "max_gen_toks must be a positive integer, got 0"),
-        ({"task": "gsm8k", "reuse_prefix": True}, "reuse_prefix apply to log-likelihood tasks only"),
+        ({"task": "gsm8k", "attention": "fast"}, "attention apply to log-likelihood tasks only"),
+        ({"task": "gsm8k", "decision": "prompt", "reuse_prefix": True},
+         "reuse_prefix applies to decision 'per_step' in generation tasks, got decision 'prompt'"),
     ):
         with pytest.raises(UserError, match=re.escape(message)):
             SweepConfig(**options)
