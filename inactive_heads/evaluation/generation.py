@@ -36,7 +36,7 @@ from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
-from ..runtime.fast_attention import attention_form
+from ..runtime.fast_attention import attention_form, gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
     hook_name,
@@ -346,8 +346,9 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
             mask[r, width - n:] = 1
         cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, len(rows))
         held.masks = masks[rows]
-        # TransformerLens's own attention runs with a cache (the fast forward steps aside).
-        with attention_form(model, "eager"):
+        # TransformerLens's own attention runs with a cache (the fast forward steps aside); its
+        # gated MLPs keep their arithmetic without copying their weights at every step.
+        with attention_form(model, "eager"), gated_mlps_without_copies(model):
             nxt = _next_cached(model, tokens.to(device), mask.to(device), cache)
             while True:
                 keep = []

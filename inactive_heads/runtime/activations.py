@@ -150,6 +150,12 @@ def derived_from_weight(weight: Tensor, what: str, make: Callable[[Tensor], Tens
     return derived
 
 
+def transposed_weight(weight: Tensor) -> Tensor:
+    """``weight.T.contiguous()``, made once per weight (:func:`derived_from_weight`): the layout
+    TransformerLens copies a weight into on every call of its gated MLP and unembedding."""
+    return derived_from_weight(weight, "transposed", lambda w: w.T.contiguous())
+
+
 def output_gram_factor(w_o: Float[Tensor, "head d_head d_model"]) -> Float[Tensor, "head d_head d_head"]:
     """Per head, an upper-triangular R_h with R_hᵀ R_h = G_h = W_O^(h) W_O^(h)ᵀ, in float32.
 

@@ -20,7 +20,7 @@ from torch import Tensor
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
 from ..models.loading import model_info
-from .activations import LayerActivations, derived_from_weight
+from .activations import LayerActivations, transposed_weight
 from ..core.errors import UserError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
@@ -150,15 +150,14 @@ def _unembed(unembed, x: Float[Tensor, "n 1 d_model"]) -> Float[Tensor, "n 1 voc
     Its forward computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a transposed copy of the whole
     unembedding on every call (160 ms per call for SmolLM2's 49 k × 576 on 2 CPU cores, more than
     the product itself). On CPU with gradients off, the copy is made once per weight
-    (:func:`~inactive_heads.runtime.activations.derived_from_weight`), and the same ``F.linear``
+    (:func:`~inactive_heads.runtime.activations.transposed_weight`), and the same ``F.linear``
     call gives the same bits. Elsewhere (GPU, gradients, a subclass) TransformerLens's forward runs."""
     from transformer_lens.components import Unembed
 
     W = unembed.W_U
     if type(unembed) is not Unembed or W.device.type != "cpu" or torch.is_grad_enabled():
         return unembed(x)
-    transposed = derived_from_weight(W, "transposed", lambda w: w.T.contiguous())
-    return unembed.hook_out(F.linear(unembed.hook_in(x), transposed, unembed.b_U))
+    return unembed.hook_out(F.linear(unembed.hook_in(x), transposed_weight(W), unembed.b_U))
 
 
 def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tensor, " n"],

@@ -299,3 +299,23 @@ def test_read_only_is_what_the_toolkit_installed_not_what_a_wrapper_holds(model)
     with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", reader)]):
         assert not only_read_only(point)
     assert not point._forward_hooks
+
+
+def test_gated_mlps_without_copies_equal_transformer_lens_to_the_bit_and_follow_weight_edits():
+    from inactive_heads.runtime.fast_attention import gated_mlps_without_copies
+
+    model = tiny_gqa_model(seed=9)
+    tokens = torch.tensor(random_sequences(2, seed=3, min_len=9, max_len=9))
+    with torch.inference_mode():
+        expected = model(tokens)  # TransformerLens's gated MLP, its weights copied at every call
+        with gated_mlps_without_copies(model):
+            assert torch.equal(model(tokens), expected)
+            with fast_attention(model, fused=False):  # the exact form keeps the same arithmetic
+                assert torch.equal(model(tokens), expected)
+    with torch.no_grad():
+        model.blocks[1].mlp.W_in.mul_(3.0)  # an in-place edit must not be served a stale copy
+    with torch.inference_mode():
+        expected = model(tokens)
+        with gated_mlps_without_copies(model):
+            assert torch.equal(model(tokens), expected)
+    assert "forward" not in vars(model.blocks[1].mlp)  # restored after the block
