@@ -150,6 +150,13 @@ def derived_from_weight(weight: Tensor, what: str, make: Callable[[Tensor], Tens
     return derived
 
 
+def keeps_transposes(weight: Tensor) -> bool:
+    """Whether :func:`transposed_weight` serves ``weight``'s callers: on CPU (where TransformerLens's
+    per-call copy costs more than the product it feeds) and with gradients off (a kept copy is
+    detached). Elsewhere TransformerLens's own forward runs."""
+    return weight.device.type == "cpu" and not torch.is_grad_enabled()
+
+
 def transposed_weight(weight: Tensor) -> Tensor:
     """``weight.T.contiguous()``, made once per weight (:func:`derived_from_weight`): the layout
     TransformerLens copies a weight into on every call of its gated MLP and unembedding."""

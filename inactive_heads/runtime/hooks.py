@@ -20,7 +20,7 @@ from torch import Tensor
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
 from ..models.loading import model_info
-from .activations import LayerActivations, transposed_weight
+from .activations import LayerActivations, keeps_transposes, transposed_weight
 from ..core.errors import UserError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
@@ -149,13 +149,14 @@ def _unembed(unembed, x: Float[Tensor, "n 1 d_model"]) -> Float[Tensor, "n 1 voc
 
     Its forward computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a transposed copy of the whole
     unembedding on every call (160 ms per call for SmolLM2's 49 k × 576 on 2 CPU cores, more than
-    the product itself). On CPU with gradients off, the copy is made once per weight
+    the product itself). Where :func:`~inactive_heads.runtime.activations.keeps_transposes` (CPU,
+    gradients off), the copy is made once per weight
     (:func:`~inactive_heads.runtime.activations.transposed_weight`), and the same ``F.linear``
     call gives the same bits. Elsewhere (GPU, gradients, a subclass) TransformerLens's forward runs."""
     from transformer_lens.components import Unembed
 
     W = unembed.W_U
-    if type(unembed) is not Unembed or W.device.type != "cpu" or torch.is_grad_enabled():
+    if type(unembed) is not Unembed or not keeps_transposes(W) or x.device != W.device:
         return unembed(x)
     return unembed.hook_out(F.linear(unembed.hook_in(x), transposed_weight(W), unembed.b_U))
 
