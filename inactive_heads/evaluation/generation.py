@@ -200,10 +200,9 @@ def generate(
 def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool = False) -> GenerationOutput:
     """No KV cache: each step re-runs every unfinished sequence whole, deciding the heads anew.
 
-    With ``reuse_prefix``, prompts that share a long prefix (GSM8K's few-shot examples) run against
-    one :class:`~inactive_heads.runtime.prefix.SharedPrefix`: the prefix is computed once per
-    decision history, and each step runs only the rest of each sequence (its question and what it
-    generated), with every score still over the whole sequence."""
+    With ``reuse_prefix`` (and an ablation that shares prefixes: not Random), each sequence runs
+    one at a time against a :class:`~inactive_heads.runtime.prefix.SharedPrefix` of everything
+    before its newest token (:func:`_per_step_reused`)."""
     generated: list[list[int]] = [[] for _ in prompts]
     hooks, runner = [], None
     if abl is not None:
@@ -220,48 +219,78 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool 
         return torch.tensor([i * stride + len(generated[i]) for i in members], dtype=torch.long)
 
     with attention_form(model, "exact") as fast, torch.inference_mode():
-        groups, alone = [], list(range(len(prompts)))
         if reuse_prefix and fast and supports_prefix_reuse(model, abl):
-            groups, alone = group_by_prefix(prompts, [len(p) - 1 for p in prompts])
-            stats = ReuseStats()
-            shared = [SharedPrefix(model, g.tokens, [abl.flags_for] if abl is not None else [],
-                                   reads=abl.reads if abl is not None else ("z",),
-                                   seed=abl.seed if abl is not None else 0, stats=stats) for g in groups]
-        # Each part: its SharedPrefix (None: whole sequences) and its unfinished prompts.
-        parts: list[tuple[SharedPrefix | None, list[int]]] = [(None, alone)]
-        if groups:
-            parts += [(sp, list(g.members)) for sp, g in zip(shared, groups)]
-        while any(rows for _, rows in parts):
-            for k, (sp, rows) in enumerate(parts):
-                if not rows:
-                    continue
-                offset = sp.length if sp is not None else 0
-                seqs = [(prompts[i] + generated[i])[offset:] for i in rows]
+            reuse = _per_step_reused(model, prompts, abl, stopper, bar, generated, ids_of)
+            passes = sum(len(g) for g in generated)
+        else:
+            active = list(range(len(prompts)))
+            while active:
+                seqs = [prompts[i] + generated[i] for i in active]
                 for batch in make_batches(seqs, batch_size, device=device):
-                    batch_rows = [rows[j] for j in batch.indices.tolist()]
-                    if sp is None:
-                        if runner is not None:
-                            runner.set_batch(batch.valid, ids_of(batch_rows))
-                        with installed(model, hooks):
-                            logits = _last_logits(model, batch.tokens, batch.valid)
-                    else:
-                        resid = sp.forward(batch.tokens, batch.valid, ids_of(batch_rows))
-                        last = batch.valid.sum(dim=1).to(resid.device) - 1
-                        logits = unembed_at(model, resid, torch.arange(len(batch_rows), device=resid.device), last)
-                    for i, t in zip(batch_rows, logits.argmax(dim=-1).tolist()):
+                    members = [active[j] for j in batch.indices.tolist()]
+                    if runner is not None:
+                        runner.set_batch(batch.valid, ids_of(members))
+                    with installed(model, hooks):
+                        logits = _last_logits(model, batch.tokens, batch.valid)
+                    for i, t in zip(members, logits.argmax(dim=-1).tolist()):
                         generated[i].append(int(t))
-                    passes += len(batch_rows)
-                finished = {i for i in rows if stopper.done(generated[i])}
+                    passes += len(members)
+                finished = {i for i in active if stopper.done(generated[i])}
                 bar.update(len(finished))
-                parts[k] = (sp, [i for i in rows if i not in finished])
-        if groups:
-            reuse = {"used": True, "n_prompts": len(prompts), "prompts_reused": sum(len(g.members) for g in groups),
-                     **stats.as_dict()}
+                active = [i for i in active if i not in finished]
     out = GenerationOutput(generated, "per_step", False, n_forward_passes=passes, prefix_reuse=reuse)
     if abl is not None:
         out.realized_fraction = abl.stats.realized_fraction
         out.realized_fraction_per_layer = abl.stats.realized_fraction_per_layer
     return out
+
+
+def _per_step_reused(model, prompts, abl, stopper, bar, generated, ids_of) -> dict[str, Any]:
+    """Per-step generation that computes each state once per decision history.
+
+    At step ``t`` a sequence is its prompt plus ``t - 1`` generated tokens; everything before the
+    newest token was run at earlier steps. Each sequence therefore runs against a
+    :class:`~inactive_heads.runtime.prefix.SharedPrefix` of all but its newest token: only that
+    token's rows are computed, every score still sees the whole sequence (the prefix's rows joined
+    with the new one), and the heads are still re-chosen at every layer of every step. While the
+    decisions repeat those of the step before, the prefix holds; where a layer decides otherwise,
+    the prefix is recomputed from that layer on under the new decisions (a branch), exactly as a
+    full re-run would. Afterwards the prefix is extended by the new token
+    (:meth:`~inactive_heads.runtime.prefix.SharedPrefix.extended`).
+
+    The first step starts from the few-shot examples the prompts share (:func:`group_by_prefix`),
+    computed once for all of them; a prompt that shares nothing starts from its own tokens but the
+    last. Sequences run one at a time (a single row per step), so ``batch_size`` does not apply."""
+    callbacks = [abl.flags_for] if abl is not None else []
+    reads = abl.reads if abl is not None else ("z",)
+    seed = abl.seed if abl is not None else 0
+    stats = ReuseStats()
+
+    def make(tokens: list[int]) -> SharedPrefix:
+        return SharedPrefix(model, tokens, callbacks, reads=reads, seed=seed, stats=stats)
+
+    groups, alone = group_by_prefix(prompts, [len(p) - 1 for p in prompts])
+    start: dict[int, SharedPrefix] = {}
+    for group in groups:
+        shared = make(group.tokens)
+        start.update({i: shared for i in group.members})
+    device = model_device(model)
+    first = torch.zeros(1, dtype=torch.long, device=device)
+    for i in range(len(prompts)):
+        prefix = start.pop(i) if i in start else make(prompts[i][:-1])
+        rest = prompts[i][prefix.length:]
+        while True:
+            tokens = torch.tensor([rest], dtype=torch.long, device=device)
+            resid = prefix.forward(tokens, torch.ones_like(tokens, dtype=torch.bool), ids_of([i]), keep=True)
+            logits = unembed_at(model, resid, first, torch.full_like(first, len(rest) - 1))
+            generated[i].append(int(logits.argmax(dim=-1)))
+            if stopper.done(generated[i]):
+                bar.update(1)
+                break
+            (prefix,) = prefix.extended()
+            rest = generated[i][-1:]
+    return {"used": True, "n_prompts": len(prompts), "prompts_reused": len(prompts),
+            "prompts_sharing_a_prefix": sum(len(g.members) for g in groups), **stats.as_dict()}
 
 
 def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAblation,

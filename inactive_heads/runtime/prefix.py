@@ -126,6 +126,20 @@ class _Node:
 
 
 @dataclass
+class _Step:
+    """One layer of a ``forward(keep=True)``: the inputs' own rows at that layer (as a prefix node
+    keeps them) and the node and decision key each input followed."""
+
+    resid: Tensor  # [batch, rest, d_model], entering the layer
+    keys: Tensor  # [batch, rest, kv_head, d_head], rotated
+    values: Tensor
+    z: Tensor  # [batch, rest, head, d_head], before zeroing
+    pattern: Tensor | None  # [batch, head, rest, prefix + rest]
+    nodes: list[_Node]
+    route: list[bytes] | None = None  # each input's decision key at this layer (None: the last layer)
+
+
+@dataclass
 class ReuseStats:
     """How often the cached prefix held: prefix layers a full recompute would run
     (``needed`` = inputs × layers) and those actually computed."""
@@ -169,11 +183,19 @@ class SharedPrefix:
         self.cache_bytes = cache_bytes
         self.n_layers = model.cfg.n_layers
         self.n_heads = model.cfg.n_heads
-        self.length = len(tokens)
         self._state = state_of(model)
         device = next(model.parameters()).device
         prefix = torch.tensor([tokens], dtype=torch.long, device=device)
-        self._ones = torch.ones_like(prefix)
+        self._reset(len(tokens))
+        self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
+        self._stored = self.root.nbytes()
+        self.stats.groups += 1
+
+    def _reset(self, length: int) -> None:
+        """The per-prefix state: its length and nothing cached or held."""
+        self.length = length
+        device = next(self.model.parameters()).device
+        self._ones = torch.ones((1, length), dtype=torch.long, device=device)
         self._mode: str | None = None
         self._held: dict[str, Tensor] = {}
         self._nodes: list[_Node] = []
@@ -181,9 +203,9 @@ class SharedPrefix:
         self._flags: Tensor | None = None
         self._pattern_buffer: Tensor | None = None
         self._layers_made: set[int] = set()  # layers for which a prefix state was made (later ones branch)
-        self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
-        self._stored = self.root.nbytes()
-        self.stats.groups += 1
+        self._trace: list[_Step] | None = None  # forward(keep=True): what extended() appends
+        self._valid: Tensor | None = None
+        self._held_rest: tuple[Tensor, Tensor | None] | None = None
 
     # -- hooks ------------------------------------------------------------------------------
     def _hooks(self) -> list:
@@ -240,6 +262,8 @@ class SharedPrefix:
                 if out is not None:
                     flags = out
             self._flags = flags
+            if self._trace is not None:
+                self._held_rest = (z, held.get("pattern"))
             return None if flags is None else zero_heads(z, flags)
 
         return hook
@@ -291,8 +315,9 @@ class SharedPrefix:
             self._state.z_override = None
         return _Node(node.layer + 1, resid)
 
-    def _route(self, nodes: list[_Node], flags: Tensor | None) -> list[_Node]:
-        """Each row's state for the next layer, following its decision at this one."""
+    def _route(self, nodes: list[_Node], flags: Tensor | None) -> tuple[list[_Node], list[bytes]]:
+        """Each row's state for the next layer, following its decision at this one, and the
+        decision keys it followed."""
         layer = nodes[0].layer
         if flags is None:
             keys, rows = [b""] * len(nodes), [None] * len(nodes)
@@ -317,17 +342,20 @@ class SharedPrefix:
                 else:
                     made[(id(node), key)] = child
             out.append(child)
-        return out
+        return out, keys
 
     def forward(self, tokens: Int[Tensor, "batch rest"], valid: Bool[Tensor, "batch rest"],
-                sequence_ids: Int[Tensor, " batch"]) -> Float[Tensor, "batch rest d_model"]:
+                sequence_ids: Int[Tensor, " batch"], *, keep: bool = False) -> Float[Tensor, "batch rest d_model"]:
         """The residual stream after the last layer at the positions after the prefix, for a
-        right-padded batch of inputs with the prefix removed."""
+        right-padded batch of inputs with the prefix removed.
+
+        ``keep=True`` also keeps the inputs' own states at every layer, for :meth:`extended`."""
         model, state = self.model, self._state
         b = tokens.shape[0]
         mask = valid.to(dtype=torch.long, device=tokens.device)
         kv = PrefixKV(self.length, [None] * self.n_layers, [None] * self.n_layers)
         self._batch = (valid, sequence_ids)
+        self._trace = [] if keep else None
         nodes = [self.root] * b
         with installed(model, self._hooks()):
             resid = model(tokens, attention_mask=mask, stop_at_layer=0)
@@ -337,14 +365,64 @@ class SharedPrefix:
                         self._attend(node)
                 self._nodes = nodes
                 kv.keys[layer], kv.values[layer] = self._rows("keys", 1), self._rows("values", 1)
-                state.prefix, self._mode, self._flags = kv, "rows", None
+                own = PrefixKV(0) if keep else None
+                state.prefix, state.capture, self._mode, self._flags = kv, own, "rows", None
+                entering = resid
                 try:
                     resid = self._run_layer(resid, layer, mask)
                 finally:
-                    state.prefix, self._mode = None, None
+                    state.prefix, state.capture, self._mode = None, None, None
+                if keep:
+                    z, pattern = self._held_rest
+                    self._trace.append(_Step(entering, own.keys[0], own.values[0], z, pattern, nodes))
                 if layer + 1 < self.n_layers:
-                    nodes = self._route(nodes, self._flags)
-        self._nodes, self._batch, self._pattern_buffer = [], None, None
+                    nodes, route = self._route(nodes, self._flags)
+                    if keep:
+                        self._trace[-1].route = route
+        self._nodes, self._batch, self._pattern_buffer, self._held_rest = [], None, None, None
+        if keep:
+            self._valid = valid
         self.stats.inputs += b
         self.stats.needed += b * self.n_layers
         return resid
+
+    def extended(self) -> list["SharedPrefix"]:
+        """After ``forward(..., keep=True)``: for each input of that batch, a prefix that is this one
+        followed by that input's tokens (its real ones), holding only the decision history the input
+        followed (one node per layer, its states being the cached prefix's joined with the input's
+        own). Running the next token against it costs that token's rows only, as long as its
+        decisions follow the same history; where they do not, it branches as any prefix does.
+
+        This is the reuse of per-step generation: each step runs the newest token against its
+        sequence so far, then extends it by that token."""
+        if self._trace is None:
+            raise RuntimeError("extended() needs a forward(..., keep=True) first")
+        trace, valid, self._trace, self._valid = self._trace, self._valid, None, None
+        out = []
+        for row in range(len(trace[0].nodes)):
+            n = int(valid[row].sum())
+            new = object.__new__(SharedPrefix)
+            new.__dict__.update({k: getattr(self, k) for k in
+                                 ("model", "callbacks", "reads", "seed", "stats", "cache_bytes", "n_layers",
+                                  "n_heads", "_state")})
+            new._reset(self.length + n)
+            nodes = []
+            for step in trace:
+                node, p = step.nodes[row], self.length
+                joined = _Node(len(nodes), torch.cat([node.resid, step.resid[row:row + 1, :n]], dim=1))
+                joined.keys = torch.cat([node.keys, step.keys[row:row + 1, :n]], dim=1)
+                joined.values = torch.cat([node.values, step.values[row:row + 1, :n]], dim=1)
+                joined.z = torch.cat([node.z, step.z[row:row + 1, :n]], dim=1)
+                if step.pattern is not None:
+                    pattern = step.pattern.new_zeros((1, self.n_heads, p + n, p + n))
+                    pattern[:, :, :p, :p] = node.pattern
+                    pattern[:, :, p:] = step.pattern[row:row + 1, :, :n, :p + n]
+                    joined.pattern = pattern
+                if nodes:
+                    nodes[-1].children[trace[len(nodes) - 1].route[row]] = joined
+                nodes.append(joined)
+            new.root = nodes[0]
+            new._stored = sum(node.nbytes() for node in nodes)
+            new._layers_made = set(range(1, self.n_layers))
+            out.append(new)
+        return out

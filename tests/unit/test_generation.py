@@ -71,8 +71,9 @@ SHARED_PROMPTS = [_SHARED + tail for tail in random_sequences(4, seed=8, min_len
 
 @pytest.mark.parametrize("ablation", ["none", "ahon_ln", "awft"])
 def test_per_step_with_prefix_reuse_equals_the_full_rerun(model, ablation):
-    # Reuse computes the shared prefix once per decision history and runs only each sequence's
-    # rest; tokens and the per-pass decisions (realized fraction) must be those of the full re-run.
+    # Reuse computes each state once per decision history: the shared prefix once, then each step
+    # only the newest token; tokens and the per-pass decisions (realized fraction) must be those of
+    # the full re-run.
     full = generate(model, SHARED_PROMPTS, ablation=ABLATIONS[ablation](), decision="per_step",
                     max_new_tokens=7, batch_size=3, progress=False)
     reused = generate(model, SHARED_PROMPTS, ablation=ABLATIONS[ablation](), decision="per_step",
@@ -84,8 +85,15 @@ def test_per_step_with_prefix_reuse_equals_the_full_rerun(model, ablation):
         assert 0 < full.realized_fraction < 1  # the thresholds flag some heads, not all
     assert reused.n_forward_passes == full.n_forward_passes == sum(len(t) for t in full.tokens)
     assert full.prefix_reuse == {"used": False}
-    assert reused.prefix_reuse["used"] and reused.prefix_reuse["prompts_reused"] == 4
-    assert reused.prefix_reuse["hit_rate"] > 0.5  # 4 prompts x 7 steps share each layer's prefix states
+    stats, n_layers = reused.prefix_reuse, model.cfg.n_layers
+    assert stats["used"] and stats["prompts_reused"] == 5 and stats["prompts_sharing_a_prefix"] == 4
+    # Every pass runs only its newest tokens against the states of the sequence so far: each of the
+    # two starting prefixes (the shared one, the lone prompt's) is computed once per layer, and
+    # after that only where a decision differs from the step before (a branch).
+    assert stats["prefix_layers_needed"] == n_layers * full.n_forward_passes
+    if ablation == "none":
+        assert stats["prefix_layers_computed"] == 2 * n_layers and stats["branches"] == 0
+    assert stats["hit_rate"] > 0.5
 
 
 def test_per_step_prefix_reuse_runs_random_in_full(model):
