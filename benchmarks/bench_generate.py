@@ -4,8 +4,8 @@ Variants, on the same GSM8K prompts (tokenized once), greedy, AHON (LN) at the Ï
 fraction ``p`` of the prompts' own pooled scores (recorded with nothing zeroed):
 
 - ``per_step``: no KV cache; every new token re-runs the whole sequence and re-decides the heads;
-- ``per_step_reuse``: the same protocol with ``reuse_prefix=True``: the few-shot prefix shared by
-  the prompts is computed once per decision history, each step runs the rest of each sequence;
+- ``per_step_reuse``: the same protocol with ``reuse_prefix=True``: every state computed once per
+  decision history (the shared few-shot prefix once, then only the newest token at each step);
 - ``prompt_uncached``: heads decided on the prompt and held, whole sequence re-run per token;
 - ``prompt_cached``: the same decision, TransformerLens's KV cache (left padding, per-row stop).
 

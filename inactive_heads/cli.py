@@ -403,8 +403,8 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the Random baseline")
     parser.add_argument("--reuse-prefix", action="store_true",
                         help="compute each shared few-shot prefix once per decision history (MMLU: ~80%% of "
-                        "the tokens; GSM8K with --decision per_step); the same numbers up to float rounding, "
-                        "not to the bit")
+                        "the tokens; GSM8K with --decision per_step: also each step runs only the newest token "
+                        "against the cached sequence); the same numbers up to float rounding, not to the bit")
     from .evaluation.evaluator import ATTENTION_MODES
 
     parser.add_argument("--attention", choices=ATTENTION_MODES, default="auto",

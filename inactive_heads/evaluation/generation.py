@@ -167,10 +167,13 @@ def generate(
     once a string of ``until`` appears in its decoded tokens; ``tokens`` include the stopping
     token. Results do not depend on ``batch_size``.
 
-    ``reuse_prefix=True`` (``per_step`` only): prompts sharing a long prefix (few-shot examples)
-    compute it once per decision history and run only the rest at each step; the numbers equal a
-    full re-run up to float rounding (as ``evaluate``'s ``reuse_prefix``), so a token can differ
-    only where two logits tie within rounding. ``prefix_reuse`` in the output says what it did.
+    ``reuse_prefix=True`` (``per_step`` only): every state is computed once per decision history:
+    the few-shot prefix the prompts share once for all of them, and at each step only the newest
+    token against the sequence so far, recomputed from a layer on only where that layer decides
+    otherwise than at the step before. The numbers equal a full re-run up to float rounding (as
+    ``evaluate``'s ``reuse_prefix``), so a token can differ only where two logits tie within
+    rounding. Random shares nothing and runs in full. ``prefix_reuse`` in the output says what it
+    did.
     """
     if decision not in DECISIONS:
         raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")

@@ -192,7 +192,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
     log-likelihood requests: ``"auto"`` (default) runs PyTorch's fused attention when nothing is
     zeroed and the exact form otherwise; ``reuse_prefix=True`` computes a prefix shared by many
     inputs (few-shot examples) once, for log-likelihoods and for ``decision="per_step"``
-    generation.
+    generation (where each step then runs only its newest token against the cached sequence).
     """
 
     def __init__(

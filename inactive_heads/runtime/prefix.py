@@ -19,6 +19,12 @@ heads zeroed while computing it. :class:`SharedPrefix` runs the inputs of one gr
   where it left (nothing before it is recomputed), and later inputs with the same decisions reuse
   that branch.
 
+A prefix can also grow: after ``forward(..., keep=True)``, :meth:`SharedPrefix.extended` gives, for
+each input, a prefix that is this one followed by that input's tokens, holding the one decision
+history the input followed. Per-step generation runs each new token against its sequence so far
+this way: a step costs that token's rows while its decisions repeat the step before, and branches
+(recomputing from the layer that decided otherwise) where they do not.
+
 Plain runs have one path (nothing zeroed), static runs too (the same heads everywhere); dynamic
 runs branch where sequences disagree. The numbers equal a full recompute up to float rounding
 (prefix and rest are separate matrix products), so a flag can only differ for a head whose score

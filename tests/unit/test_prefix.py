@@ -91,6 +91,46 @@ def test_dynamic_reuse_equals_full_sequences(model, data, key, q, batch_size):
         assert (a - b).abs().max() <= TOL
 
 
+@pytest.mark.parametrize("key, q", [("ahon_ln", 0.3), ("awft", 0.6)])
+def test_extended_prefix_runs_one_token_per_step_equal_to_full_sequences(model, data, key, q):
+    # Per-step generation's reuse: step k runs only token k against a prefix extended by the
+    # tokens before it (SharedPrefix.extended). Each step's logits and every decision must equal
+    # the whole sequence prefix + rest[:k + 1] run by TransformerLens with ordinary hooks.
+    prefix, rests = data
+    rest = rests[4]  # 12 tokens: 12 steps
+    steps = [rest[: k + 1] for k in range(len(rest))]
+    tau = _tau(model, prefix, steps, key, q)
+    ref_abl, abl = DynamicAblation(key, tau), DynamicAblation(key, tau)
+    ref = _full_reference(model, prefix, steps, ref_abl)  # sequence k has id k
+    abl.reset(model)
+    stats = ReuseStats()
+    with torch.inference_mode(), fast_attention(model, fused=False):
+        shared = SharedPrefix(model, prefix, [abl.flags_for], reads=abl.reads, stats=stats)
+        for k, token in enumerate(rest):
+            assert shared.length == len(prefix) + k
+            tokens = torch.tensor([[token]])
+            resid = shared.forward(tokens, torch.ones_like(tokens, dtype=torch.bool), torch.tensor([k]), keep=True)
+            logits = model.unembed(model.ln_final(resid))[0, -1]
+            assert (logits - ref[k][-1]).abs().max() <= TOL
+            (shared,) = shared.extended()
+    ref_flags = ref_abl.stats.flagged_mask()
+    assert 0 < ref_flags.float().mean() < 1
+    assert torch.equal(ref_flags, abl.stats.flagged_mask())  # every (step, layer, head) decision
+    assert stats.branches > 0  # some step decided otherwise than the one before: recomputed from there
+    # Only the first prefix and the branches were computed, not every step's whole sequence.
+    assert model.cfg.n_layers <= stats.computed < stats.needed == model.cfg.n_layers * len(rest)
+
+
+def test_extended_needs_a_kept_forward(model, data):
+    prefix, rests = data
+    with torch.inference_mode(), fast_attention(model, fused=False):
+        shared = SharedPrefix(model, prefix, [])
+        tokens = torch.tensor([rests[0]])
+        shared.forward(tokens, torch.ones_like(tokens, dtype=torch.bool), torch.tensor([0]))
+        with pytest.raises(RuntimeError, match="keep=True"):
+            shared.extended()
+
+
 def test_branches_not_kept_past_the_cache_budget_give_the_same_numbers(model, data):
     prefix, rests = data
     tau = _tau(model, prefix, rests, "ahon_ln", 0.3)
