@@ -154,6 +154,7 @@ def generate(
     reuse_prefix: bool = False,
     batch_size: int = 8,
     progress: bool = True,
+    prompt_ids: Sequence[int] | None = None,
 ) -> GenerationOutput:
     """Greedy generation from token-id prompts with heads zeroed by ``ablation``.
 
@@ -174,6 +175,9 @@ def generate(
     ``evaluate``'s ``reuse_prefix``), so a token can differ only where two logits tie within
     rounding. Random shares nothing and runs in full. ``prefix_reuse`` in the output says what it
     did.
+
+    ``prompt_ids``: each prompt's index in the whole task (default: its position in ``prompts``).
+    Random draws are seeded by it, so a part of the prompts (a Ray shard) draws as the whole would.
     """
     if decision not in DECISIONS:
         raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
@@ -183,6 +187,10 @@ def generate(
         raise UserError("reuse_prefix applies to decision='per_step' (decision='prompt' computes each prompt "
                         "once already); drop reuse_prefix or use decision='per_step'")
     prompts = _check_prompts(model, prompts, max_new_tokens)
+    ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
+    if len(ids) != len(prompts) or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
+                        f"ids, {len(set(ids))} distinct")
     abl = as_ablation(ablation)
     tokenizer = getattr(model, "tokenizer", None)
     if until and tokenizer is None:
@@ -192,15 +200,16 @@ def generate(
     start = time.perf_counter()
     bar = tqdm(total=len(prompts), desc=f"generate [{decision}]", unit="seq", disable=not progress, leave=False)
     if decision == "per_step":
-        out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix)
+        out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix, ids)
     else:
-        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache)
+        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache, ids)
     bar.close()
     out.seconds = round(time.perf_counter() - start, 3)
     return out
 
 
-def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool = False) -> GenerationOutput:
+def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool,
+              prompt_ids: list[int]) -> GenerationOutput:
     """No KV cache: each step re-runs every unfinished sequence whole, deciding the heads anew.
 
     With ``reuse_prefix`` (and an ablation that shares prefixes: not Random), each sequence runs
@@ -219,7 +228,7 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool 
 
     def ids_of(members: list[int]) -> Tensor:
         # One sequence id per (prompt, step): Random draws anew at every pass.
-        return torch.tensor([i * stride + len(generated[i]) for i in members], dtype=torch.long)
+        return torch.tensor([prompt_ids[i] * stride + len(generated[i]) for i in members], dtype=torch.long)
 
     with attention_form(model, "exact") as fast, torch.inference_mode():
         if reuse_prefix and fast and supports_prefix_reuse(model, abl):
@@ -296,28 +305,30 @@ def _per_step_reused(model, prompts, abl, stopper, bar, generated, ids_of) -> di
             "prompts_sharing_a_prefix": sum(len(g.members) for g in groups), **stats.as_dict()}
 
 
-def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAblation,
-                      batch_size: int = 8) -> Bool[Tensor, "prompt layer head"]:
+def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAblation, batch_size: int = 8,
+                      prompt_ids: Sequence[int] | None = None) -> Bool[Tensor, "prompt layer head"]:
     """The heads ``ablation`` zeroes on each prompt (one right-padded pass, nothing after the last
-    layer's ``hook_z``), as ``[prompt, layer, head]`` flags; ``ablation.stats`` counts them."""
+    layer's ``hook_z``), as ``[prompt, layer, head]`` flags; ``ablation.stats`` counts them, keyed by
+    ``prompt_ids`` (the sequence ids; default: positions in ``prompts``)."""
     info = model_info(model)
+    ids = torch.arange(len(prompts)) if prompt_ids is None else torch.tensor(list(prompt_ids), dtype=torch.long)
     ablation.reset(model)
     runner = HeadHookRunner(model, ablation.on_layer, reads=ablation.reads, seed=ablation.seed,
                             stop_after_last_layer=True)
     with installed(model, runner.fwd_hooks()), torch.inference_mode():
         for batch in make_batches(prompts, batch_size, device=model_device(model)):
-            runner.set_batch(batch.valid, batch.indices)
+            runner.set_batch(batch.valid, ids[batch.indices])
             run_forward(model, batch.tokens, batch.valid, stop_early=True)
     masks = ablation.stats.flagged_mask()
-    if masks.shape[0] < len(prompts):
-        masks = torch.cat([masks, torch.zeros((len(prompts) - masks.shape[0], info.n_layers, info.n_heads),
-                                              dtype=torch.bool)])
-    return masks
+    n = int(ids.max()) + 1 if len(ids) else 0
+    if masks.shape[0] < n:
+        masks = torch.cat([masks, torch.zeros((n - masks.shape[0], info.n_layers, info.n_heads), dtype=torch.bool)])
+    return masks[ids]
 
 
-def _held(model, prompts, abl, stopper, batch_size, bar, use_cache) -> GenerationOutput:
+def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: list[int]) -> GenerationOutput:
     info = model_info(model)
-    masks = (decide_on_prompts(model, prompts, abl, batch_size) if abl is not None
+    masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
     held = _HeldHeads(info.n_layers)
     from transformer_lens import HookedTransformer
@@ -479,6 +490,7 @@ class GenerationResult:
     realized_fraction_prompts: float | None = None
     n_forward_passes: int = 0
     n_generated_tokens: int = 0
+    n_generated_per_question: list[int] = field(default_factory=list)  # what a sharded run merges from
     savings: dict[str, Any] | None = None
     prefix_reuse: dict[str, Any] | None = None  # per_step with reuse_prefix: what the reuse did
     config: dict[str, Any] = field(default_factory=dict)
@@ -528,13 +540,15 @@ def evaluate_generation(
     batch_size: int = 8,
     progress: bool = True,
     requests: Sequence[GenerationRequest] | None = None,
+    prompt_ids: Sequence[int] | None = None,
 ) -> GenerationResult:
     """GSM8K exact match of ``model``, optionally with heads zeroed (``ih.evaluate(model, "gsm8k")``).
 
     Greedy, ``max_gen_toks`` (default 256) new tokens, lm-eval's stop strings plus the
     tokenizer's EOS; the generation is cut at the first stop string, then lm-eval's strict
     (``#### N``) and flexible (last number) filters extract the answer. ``decision`` as in
-    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.tasks.build_gsm8k_requests`.
+    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.tasks.build_gsm8k_requests`;
+    ``prompt_ids`` = each request's index in the whole task, as :func:`generate` takes them.
     """
     if task != "gsm8k":
         raise UserError(f"unknown generation task {task!r}; known: gsm8k")
@@ -548,7 +562,7 @@ def evaluate_generation(
     until = requests[0].until if requests else ()
     out = generate(model, [r.context_ids for r in requests], ablation=abl, decision=decision,
                    max_new_tokens=max_new, until=until, use_cache=use_cache, reuse_prefix=reuse_prefix,
-                   batch_size=batch_size, progress=progress)
+                   batch_size=batch_size, progress=progress, prompt_ids=prompt_ids)
     tokenizer = model.tokenizer
     generations, answers, strict, flexible = [], [], [], []
     for req, toks in zip(requests, out.tokens):
@@ -578,6 +592,7 @@ def evaluate_generation(
         realized_fraction_prompts=out.realized_fraction_prompts,
         n_forward_passes=out.n_forward_passes,
         n_generated_tokens=sum(len(t) for t in out.tokens),
+        n_generated_per_question=[len(t) for t in out.tokens],
         savings=out.savings,
         prefix_reuse=out.prefix_reuse,
         seconds=out.seconds,
