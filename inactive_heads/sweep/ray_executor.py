@@ -24,6 +24,13 @@ pools them in input order and calibrates exactly as the local executor does. Ste
 (``runs/<run id>.json``) with the evaluator's own summary step. A worker that dies is restarted and
 its task re-run (Ray's ``max_restarts``/``max_task_retries``); a driver that is interrupted resumes
 from the shard files, never re-running a finished shard or rewriting a finished record.
+
+Generation tasks (gsm8k) shard their questions the same way, in the batch order their prompts'
+scores are recorded in, so the calibration scores are equal to the last bit. A shard generates
+with each question's index in the whole sweep as its prompt id (Random draws as in one local run)
+and returns each question's outcome and the run's counts: zeroed heads over forward passes, and in
+``decision="prompt"`` also over prompts, with each prompt's held heads. The record is assembled from
+the counts summed over the shards (:func:`merge_generation_shards`), never from averaged fractions.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from .runner import (
     ablation_for,
     check_folder,
     device_type,
+    evaluate_run,
     find_scores_file,
     load_model_for,
     make_record,
@@ -56,6 +64,7 @@ from .runner import (
     prepare_folder,
     record_path,
     scores_description,
+    sweep_inputs,
     write_reused_runs,
     write_thresholds,
 )
@@ -65,13 +74,15 @@ PLACEMENT_TIMEOUT_S = 120.0  # how long Ray may take to find room for the worker
 # Fault injection for the tests, never set otherwise: (run id, shard, marker file) makes the worker
 # that runs that shard exit mid-task once (the marker records that it did), as a lost machine would.
 _crash_once: tuple | None = None
+# A generation shard's outcome per question, put back in question order when its run is assembled.
+GENERATION_QUESTION_FIELDS = ("generations", "answers", "correct", "correct_flexible", "n_generated_per_question")
 
 
-def shard_layout(plan, batch_size: int, n_shards: int) -> list[list[int]]:
+def shard_layout(inputs: list[list[int]], batch_size: int, n_shards: int) -> list[list[int]]:
     """Input indices of each shard: contiguous runs of whole batches in the evaluator's batch order."""
     from ..runtime.hooks import make_batches
 
-    batches = [b.indices.tolist() for b in make_batches(plan.inputs, batch_size)]
+    batches = [b.indices.tolist() for b in make_batches(inputs, batch_size)]
     n_shards = max(1, min(n_shards, len(batches)))
     per = math.ceil(len(batches) / n_shards)
     return [sum(batches[k:k + per], []) for k in range(0, len(batches), per)]
@@ -100,42 +111,68 @@ class Worker:
                 "threads": torch.get_num_threads()}
 
     def layout(self, n_shards: int) -> list[list[int]]:
-        return shard_layout(self.plan, self.config.batch_size, n_shards)
+        return shard_layout(sweep_inputs(self.config, self.plan), self.config.batch_size, n_shards)
 
     def run_shard(self, rid: str, shard: int, indices: list[int], spec: dict | None,
                   record: list[str] | None) -> dict[str, Any]:
-        from ..evaluation.evaluator import evaluate
-
         if self.crash_once and (rid, shard) == tuple(self.crash_once[:2]) and not os.path.exists(self.crash_once[2]):
             Path(self.crash_once[2]).write_text(str(os.getpid()))
             os._exit(1)  # the process dies mid-task, as a lost machine would
-        sub = self.plan.subset(indices)
         ablation = None if spec is None else _build(spec)
-        result = evaluate(self.model, sub, ablation=ablation, batch_size=self.config.batch_size, progress=False,
-                          record=record or None, reuse_prefix=self.config.reuse_prefix,
-                          attention=self.config.evaluate_attention)
-        lls = [[sub.request_ids[r], c, result.loglikelihoods[r][c]]
-               for targets in sub.targets for r, c, _, _ in targets]
-        out = {
-            "run_id": rid, "shard": shard, "inputs": indices, "loglikelihoods": lls,
-            "n_sequences": len(indices), "seconds": result.seconds,
-            "flagged_per_layer": ablation.stats.flagged_per_layer.tolist() if ablation is not None else None,
-            # each input's flags, bit-packed as hex in the order of "inputs" (the record's oracle savings)
-            "flagged": None if result.flagged is None else _pack_flags(result.flagged),
-        }
+        shard_of = self._generation_shard if self.config.is_generation else self._likelihood_shard
+        out, result = shard_of(indices, ablation, record or None)
+        out.update(run_id=rid, shard=shard, inputs=indices)
         if result.head_scores is not None:
             out["scores"] = {k: v.clone() for k, v in result.head_scores.scores.items()}
         return out
 
+    def _likelihood_shard(self, indices: list[int], ablation, record: list[str] | None) -> tuple[dict[str, Any], Any]:
+        from ..evaluation.evaluator import evaluate
+
+        sub = self.plan.subset(indices)
+        result = evaluate(self.model, sub, ablation=ablation, batch_size=self.config.batch_size, progress=False,
+                          record=record, reuse_prefix=self.config.reuse_prefix,
+                          attention=self.config.evaluate_attention)
+        lls = [[sub.request_ids[r], c, result.loglikelihoods[r][c]]
+               for targets in sub.targets for r, c, _, _ in targets]
+        return {
+            "loglikelihoods": lls, "n_sequences": len(indices), "seconds": result.seconds,
+            "flagged_per_layer": ablation.stats.flagged_per_layer.tolist() if ablation is not None else None,
+            # each input's flags, bit-packed as hex in the order of "inputs" (the record's oracle savings)
+            "flagged": None if result.flagged is None else _pack_flags(result.flagged),
+        }, result
+
+    def _generation_shard(self, indices: list[int], ablation, record: list[str] | None) -> tuple[dict[str, Any], Any]:
+        """Generate for the shard's questions, each under its index in the sweep; return each
+        question's outcome and the counts :func:`merge_generation_shards` sums (None: no ablation)."""
+        import torch
+
+        requests = [self.plan[i] for i in indices]
+        result = evaluate_run(self.config, self.model, requests, ablation, progress=False, record=record,
+                              prompt_ids=indices)
+        out = {name: getattr(result, name) for name in GENERATION_QUESTION_FIELDS}
+        out.update(n_forward_passes=result.n_forward_passes, use_cache=result.use_cache, seconds=result.seconds,
+                   zeroed=None, zeroed_prompts=None, flagged=None)
+        if ablation is not None:
+            stats = ablation.stats
+            if self.config.decision == "per_step":  # one decision per forward pass
+                out["zeroed"] = _counts(stats.n_sequences, stats.flagged_per_layer)
+            else:  # each prompt's held heads count once per token it generated (one forward pass each)
+                masks = torch.stack([stats.masks[i] for i in indices])  # stats are keyed by the prompt ids
+                tokens = torch.tensor(result.n_generated_per_question, dtype=torch.long)
+                out["zeroed"] = _counts(int(tokens.sum()), (tokens[:, None] * masks.sum(dim=2)).sum(dim=0))
+                out["zeroed_prompts"] = _counts(stats.n_sequences, stats.flagged_per_layer)
+                out["flagged"] = _pack_flags(masks)
+        return out, result
+
     def assemble(self, rid: str, key: str | None, q: float | None, tau: float | None,
                  shards: list[dict[str, Any]]) -> dict[str, Any]:
         """The run record from its shards, through the evaluator's own summary step."""
-        import torch
-
-        from ..ablation.head_ablation import AblationStats
         from ..evaluation.evaluator import summarize
         from ..models.loading import model_info
 
+        if self.config.is_generation:
+            return self._assemble_generation(rid, key, q, tau, shards)
         lls = [[0.0] * len(req.choices) for req in self.plan.requests]
         for part in shards:
             for r, c, ll in part["loglikelihoods"]:
@@ -143,14 +180,43 @@ class Worker:
         stats = None
         if key is not None:
             info = model_info(self.model)
-            flagged = torch.tensor([p["flagged_per_layer"] for p in shards], dtype=torch.long).sum(dim=0)
             masks = {} if any(p.get("flagged") is None for p in shards) else {
                 i: m for p in shards for i, m in zip(p["inputs"], _unpack_flags(p["flagged"], info.n_layers,
                                                                                   info.n_heads))}
-            stats = AblationStats(info.n_layers, info.n_heads, n_sequences=sum(p["n_sequences"] for p in shards),
-                                  flagged_per_layer=flagged, masks=masks)
+            stats = _summed_stats(shards, info.n_layers, info.n_heads, masks)
         result = summarize(self.plan, lls, stats=stats)
         result.seconds = round(sum(p["seconds"] for p in shards), 3)
+        return make_record(self.config, rid, key, q, tau, result, self.plan, self.model)
+
+    def _assemble_generation(self, rid: str, key: str | None, q: float | None, tau: float | None,
+                             shards: list[dict[str, Any]]) -> dict[str, Any]:
+        """A generation run's record from its shards: the merged counts, and in prompt mode the
+        savings of every question's held heads (the local executor's own computation)."""
+        import torch
+
+        from ..evaluation.generation import GenerationResult, _check_prompts, held_savings
+        from ..evaluation.tasks import GSM8K_MAX_GEN_TOKS
+        from ..models.loading import model_info
+
+        info = model_info(self.model)
+        merged = merge_generation_shards(shards, info.n_layers, info.n_heads)
+        per_pass, per_prompt, flagged = merged.pop("zeroed"), merged.pop("zeroed_prompts"), merged.pop("flagged")
+        savings = None
+        if self.config.decision == "prompt":
+            max_new = GSM8K_MAX_GEN_TOKS if self.config.max_gen_toks is None else self.config.max_gen_toks
+            prompts = _check_prompts(self.model, sweep_inputs(self.config, self.plan), max_new)  # as generate cuts them
+            if flagged is None:  # no ablation: nothing held, as the local run counts it
+                flagged = torch.zeros((len(self.plan), info.n_layers, info.n_heads), dtype=torch.bool)
+            savings = held_savings(self.model, prompts, flagged, merged["n_generated_per_question"])
+        n = len(self.plan)
+        result = GenerationResult(
+            task=self.config.task, accuracy=sum(merged["correct"]) / n,
+            accuracy_flexible=sum(merged["correct_flexible"]) / n, n=n, golds=[r.gold for r in self.plan],
+            decision=self.config.decision,
+            realized_fraction=0.0 if per_pass is None else per_pass.realized_fraction,
+            realized_fraction_per_layer=[] if per_pass is None else per_pass.realized_fraction_per_layer,
+            realized_fraction_prompts=None if per_prompt is None else per_prompt.realized_fraction,
+            n_generated_tokens=sum(merged["n_generated_per_question"]), savings=savings, **merged)
         return make_record(self.config, rid, key, q, tau, result, self.plan, self.model)
 
     def pooled_scores(self, shards: list[dict[str, Any]], seconds: float):
@@ -166,10 +232,59 @@ class Worker:
             full = torch.empty_like(stacked)
             full[order] = stacked
             scores[key] = full
-        meta = scores_metadata(self.model, list(scores), self.plan.inputs,
+        meta = scores_metadata(self.model, list(scores), sweep_inputs(self.config, self.plan),
                                description=scores_description(self.config, self.plan),
                                batch_size=self.config.batch_size, seed=0, seconds=seconds)
         return HeadScores(scores, meta)
+
+
+def merge_generation_shards(parts: list[dict[str, Any]], n_layers: int, n_heads: int) -> dict[str, Any]:
+    """A generation run's fields from its shards (``GenerationResult`` names, and three more).
+
+    Each question's outcome is put back in question order (``inputs`` are the questions' indices in
+    the sweep); the counts are summed. ``zeroed`` (zeroed heads over forward passes) and, in prompt
+    mode, ``zeroed_prompts`` (over prompts) become :class:`AblationStats` whose fractions are zeroed
+    triples over all triples of all shards, not an average of the shards' fractions (shards differ
+    in size); None without an ablation. ``flagged``: each question's held heads in prompt mode, as
+    ``[question, layer, head]`` flags, or None.
+    """
+    import torch
+
+    order = [i for p in parts for i in p["inputs"]]
+    merged: dict[str, Any] = {}
+    for name in GENERATION_QUESTION_FIELDS:
+        values = [None] * len(order)
+        for i, value in zip(order, (v for p in parts for v in p[name])):
+            values[i] = value
+        merged[name] = values
+    merged["n_forward_passes"] = sum(p["n_forward_passes"] for p in parts)
+    merged["use_cache"] = parts[0]["use_cache"]
+    merged["seconds"] = round(sum(p["seconds"] for p in parts), 3)
+    for name in ("zeroed", "zeroed_prompts"):
+        counts = [p[name] for p in parts]
+        merged[name] = None if counts[0] is None else _summed_stats(counts, n_layers, n_heads)
+    merged["flagged"] = None
+    if parts[0]["flagged"] is not None:
+        merged["flagged"] = torch.zeros((len(order), n_layers, n_heads), dtype=torch.bool)
+        merged["flagged"][torch.tensor(order)] = torch.cat([_unpack_flags(p["flagged"], n_layers, n_heads)
+                                                            for p in parts])
+    return merged
+
+
+def _counts(n_sequences: int, flagged_per_layer) -> dict[str, Any]:
+    """Zeroed heads per layer over ``n_sequences`` forward passes: what a shard's run merges from."""
+    return {"n_sequences": int(n_sequences), "flagged_per_layer": [int(x) for x in flagged_per_layer]}
+
+
+def _summed_stats(counts: list[dict[str, Any]], n_layers: int, n_heads: int, masks=None):
+    """One :class:`AblationStats` of the shards' counts (``n_sequences``, ``flagged_per_layer``), summed."""
+    import torch
+
+    from ..ablation.head_ablation import AblationStats
+
+    flagged = torch.tensor([c["flagged_per_layer"] for c in counts], dtype=torch.long).sum(dim=0)
+    return AblationStats(n_layers, n_heads, n_sequences=sum(c["n_sequences"] for c in counts),
+                         flagged_per_layer=flagged, masks=masks or {})
 
 
 def _pack_flags(flags) -> list[str]:
@@ -430,4 +545,4 @@ def _assemble_if_complete(ray, out: Path, rid: str, run, parts: dict[int, dict],
     write_json_atomic(record_path(out, rid), record)
 
 
-__all__ = ["Worker", "pool_size", "run_sweep_ray", "shard_layout"]
+__all__ = ["Worker", "merge_generation_shards", "pool_size", "run_sweep_ray", "shard_layout"]

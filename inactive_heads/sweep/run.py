@@ -44,9 +44,6 @@ def run_sweep(
         if config.static_rule is not None:
             raise UserError("static runs (static_rule) run on the local executor only; use executor='local' "
                             "(--executor local)")
-        if config.is_generation:
-            raise UserError(f"a {config.task} sweep runs on the local executor only (Ray shards log-likelihood "
-                            "inputs); use executor='local' (--executor local)")
         from .ray_executor import run_sweep_ray
 
         return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,

@@ -504,18 +504,24 @@ def plan_for(config: SweepConfig, model):
                            source=config.source)
 
 
+def sweep_inputs(config: SweepConfig, plan) -> list[list[int]]:
+    """The token ids the scores are recorded on: the plan's inputs, or a generation task's prompts."""
+    return [list(r.context_ids) for r in plan] if config.is_generation else plan.inputs
+
+
 def scores_description(config: SweepConfig, plan) -> str:
     if config.is_generation:
         return f"{config.task} prompts ({len(plan)})"
     return f"{config.task} evaluation inputs ({len(plan.inputs)})"
 
 
-def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, record=None):
+def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, record=None, prompt_ids=None):
     """One pass of the sweep (the baseline, with ``record``, or one ablation) with the sweep's options.
 
     A generation task generates (:func:`~inactive_heads.evaluation.generation.evaluate_generation`,
     ``config.decision``); its scores for calibration are recorded on the prompts, nothing zeroed,
-    in the exact form (:func:`~inactive_heads.scoring.recording.record_scores`)."""
+    in the exact form (:func:`~inactive_heads.scoring.recording.record_scores`). ``prompt_ids``
+    (generation only): each request's index in the whole sweep, when ``plan`` is a part of it."""
     evaluate_module = _evaluate_module()
     if not config.is_generation:
         return evaluate_module.evaluate(
@@ -528,7 +534,7 @@ def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, 
                                  limit=config.limit, num_fewshot=config.num_fewshot,
                                  apply_chat_template=config.apply_chat_template, max_gen_toks=config.max_gen_toks,
                                  reuse_prefix=config.reuse_prefix, batch_size=config.batch_size, progress=progress,
-                                 requests=plan)
+                                 requests=plan, prompt_ids=prompt_ids)
     result.head_scores = record_prompt_scores(config, model, plan, record, progress) if record else None
     return result
 
@@ -537,7 +543,7 @@ def record_prompt_scores(config: SweepConfig, model, requests, keys, progress: b
     """Scores for calibrating a generation sweep: recorded on its prompts, nothing zeroed."""
     from ..scoring.recording import record_scores
 
-    return record_scores(model, [list(r.context_ids) for r in requests], list(keys), batch_size=config.batch_size,
+    return record_scores(model, sweep_inputs(config, requests), list(keys), batch_size=config.batch_size,
                          progress=progress, description=scores_description(config, requests))
 
 

@@ -1,5 +1,6 @@
 """The Ray executor on real SmolLM2 + MMLU (tiny): records identical to the local executor's, also
 when a worker is killed mid-task and replaced; an interrupted driver resumes at shard granularity.
+GSM8K (3 questions, 4 new tokens) in both decision modes: records and thresholds identical too.
 
 First, Ray started by the sweep itself (no cluster given): as many workers as this machine's CPUs
 allow, and a score registered in user code (tests/integration/ray_user_scores.py) reaches them
@@ -163,3 +164,40 @@ def test_workers_that_cannot_be_placed_fail_in_one_line_within_the_wait(ray_sess
     with pytest.raises(UserError, match=r"could not place 2 worker\(s\) of 1 CPU thread\(s\) and 1 GPU\(s\) each"):
         run_sweep(tiny_config(), tmp_path / "c", executor="ray", workers=2, gpus_per_worker=1.0, progress=False)
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())  # nothing held
+
+
+def gsm8k_config(decision):
+    # 3 questions, 0 shots, 4 new tokens (as test_sweep_gsm8k.py keeps generation short); batches of
+    # one question, so 2 shards hold 2 questions and 1: fractions averaged per shard would be off.
+    return SweepConfig(model="smollm2-135m", task="gsm8k", limit=3, num_fewshot=0, max_gen_toks=4,
+                       scores=["ahon_ln"], quantiles=[0.3], batch_size=1, decision=decision)
+
+
+@pytest.mark.parametrize("decision", ["per_step", "prompt"])
+def test_a_gsm8k_sweep_on_ray_equals_the_local_sweep(ray_session, smollm2_hooked, tmp_path, decision):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers run
+    try:
+        local = run_sweep(gsm8k_config(decision), tmp_path / "local", model=smollm2_hooked, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    remote = run_sweep(gsm8k_config(decision), tmp_path / "ray", executor="ray", workers=1, shards=2, progress=False)
+    layout = json.loads((tmp_path / "ray" / "shards" / "layout.json").read_text())
+    assert sorted(map(len, layout)) == [1, 2] and sorted(sum(layout, [])) == [0, 1, 2]
+    assert layout[0] != [0, 1]  # the prompts' batch order (longest first), not question order
+    # the shards' scores, pooled, are the local scores to the bit, and so are the thresholds
+    assert torch.equal(remote.head_scores()["ahon_ln"], local.head_scores()["ahon_ln"])
+    assert {k: t.to_dict() for k, t in remote.thresholds.items()} == \
+        {k: t.to_dict() for k, t in local.thresholds.items()}
+    a, b = stable(local.records), stable(remote.records)
+    assert set(a) == set(b) == {"baseline", "ahon_ln@p=0.3", "random@p=0.3"}
+    for rid in a:
+        for field in ("generations", "answers", "correct", "correct_flexible", "realized_fraction",
+                      "realized_fraction_per_layer", "realized_fraction_prompts", "n_generated_tokens",
+                      "n_forward_sequences", "savings", "accuracy"):
+            assert a[rid][field] == b[rid][field], (rid, field)
+    assert a == b
+    for rid in ("ahon_ln@p=0.3", "random@p=0.3"):  # both zeroed heads (Random seeded by the global ids)
+        assert remote.records[rid]["realized_fraction"] > 0 and remote.records[rid]["decision"] == decision
+    if decision == "prompt":
+        assert remote.records["ahon_ln@p=0.3"]["savings"]["attention_flops_saved_fraction"] > 0

@@ -6,10 +6,11 @@ import re
 import sys
 
 import pytest
+import torch
 
 from inactive_heads.core.errors import UserError
 from inactive_heads.scoring import scores as score_registry
-from inactive_heads.sweep.ray_executor import pool_size
+from inactive_heads.sweep.ray_executor import _pack_flags, merge_generation_shards, pool_size
 from inactive_heads.sweep.runner import (
     SweepConfig,
     check_folder,
@@ -152,9 +153,41 @@ def test_a_pool_that_cannot_hold_one_worker_is_one_line():
         pool_size({"CPU": 8.0}, None, 1, 1.0)
 
 
-def test_generation_options_are_checked_in_one_line():
-    from inactive_heads.sweep.run import run_sweep
+def test_generation_shards_merge_their_counts_not_their_fractions():
+    """Prompt mode, 2 layers x 2 heads, questions 0..2 in two shards of unequal size. Held heads
+    (layer: heads) and generated tokens: q0 {0: [0], 1: [1]} x 2 tokens; q1 {1: [0]} x 2;
+    q2 {0: [0, 1]} x 4. Per forward pass the zeroed heads are 2·2 + 1·2 + 2·4 = 14 of 8 passes x 4
+    heads: 14/32, layer 0: 10/16, layer 1: 4/16. Averaging the shards' own fractions (12/24 and
+    2/8) would give 0.375 instead."""
+    flags = {0: [[1, 0], [0, 1]], 1: [[0, 0], [1, 0]], 2: [[1, 1], [0, 0]]}
+    tokens = {0: 2, 1: 2, 2: 4}
 
+    def shard(inputs, zeroed, zeroed_prompts):
+        return {"inputs": inputs, "generations": [f"text {i}" for i in inputs],
+                "answers": [{"strict-match": str(i)} for i in inputs], "correct": [i == 1 for i in inputs],
+                "correct_flexible": [i != 0 for i in inputs], "n_generated_per_question": [tokens[i] for i in inputs],
+                "n_forward_passes": sum(tokens[i] for i in inputs), "use_cache": True, "seconds": 1.25,
+                "zeroed": zeroed, "zeroed_prompts": zeroed_prompts,
+                "flagged": _pack_flags(torch.tensor([flags[i] for i in inputs], dtype=torch.bool))}
+
+    # the shards' counts, by hand: zeroed heads per layer over passes (tokens x heads) and over prompts
+    parts = [shard([2, 0], {"n_sequences": 6, "flagged_per_layer": [4 * 2 + 2 * 1, 2 * 1]},
+                   {"n_sequences": 2, "flagged_per_layer": [3, 1]}),
+             shard([1], {"n_sequences": 2, "flagged_per_layer": [0, 2 * 1]},
+                   {"n_sequences": 1, "flagged_per_layer": [0, 1]})]
+    merged = merge_generation_shards(parts, n_layers=2, n_heads=2)
+    assert merged["zeroed"].realized_fraction == 14 / 32
+    assert merged["zeroed"].realized_fraction_per_layer == [10 / 16, 4 / 16]
+    assert merged["zeroed_prompts"].realized_fraction == 5 / 12  # 5 of 3 prompts x 4 heads
+    assert merged["generations"] == ["text 0", "text 1", "text 2"]  # back in question order
+    assert merged["correct"] == [False, True, False] and merged["correct_flexible"] == [False, True, True]
+    assert merged["n_generated_per_question"] == [2, 2, 4] and merged["n_forward_passes"] == 8
+    assert merged["flagged"].tolist() == [[[True, False], [False, True]], [[False, False], [True, False]],
+                                          [[True, True], [False, False]]]
+    assert (merged["seconds"], merged["use_cache"]) == (2.5, True)
+
+
+def test_generation_options_are_checked_in_one_line():
     assert SweepConfig(task="gsm8k").decision == "per_step"  # the authors' protocol, written out in sweep.json
     assert SweepConfig(task="gsm8k", reuse_prefix=True).reuse_prefix  # per_step runs the few-shot prefix once
     for options, message in (
@@ -168,8 +201,6 @@ def test_generation_options_are_checked_in_one_line():
     ):
         with pytest.raises(UserError, match=re.escape(message)):
             SweepConfig(**options)
-    with pytest.raises(UserError, match="local executor only"):
-        run_sweep(SweepConfig(task="gsm8k"), "unused-folder", executor="ray")
 
 
 def test_the_cli_passes_the_generation_options_to_the_config():
