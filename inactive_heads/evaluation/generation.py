@@ -222,8 +222,6 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool,
         runner = HeadHookRunner(model, abl.on_layer, reads=abl.reads, seed=abl.seed)
         hooks = runner.fwd_hooks()
     stride = stopper.max_new
-    device = model_device(model)
-    passes = 0
     reuse: dict[str, Any] = {"used": False}
 
     def ids_of(members: list[int]) -> Tensor:
@@ -233,23 +231,14 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool,
     with attention_form(model, "exact") as fast, torch.inference_mode():
         if reuse_prefix and fast and supports_prefix_reuse(model, abl):
             reuse = _per_step_reused(model, prompts, abl, stopper, bar, generated, ids_of)
-            passes = sum(len(g) for g in generated)
         else:
-            active = list(range(len(prompts)))
-            while active:
-                seqs = [prompts[i] + generated[i] for i in active]
-                for batch in make_batches(seqs, batch_size, device=device):
-                    members = [active[j] for j in batch.indices.tolist()]
-                    if runner is not None:
-                        runner.set_batch(batch.valid, ids_of(members))
-                    with installed(model, hooks):
-                        logits = _last_logits(model, batch.tokens, batch.valid)
-                    for i, t in zip(members, logits.argmax(dim=-1).tolist()):
-                        generated[i].append(int(t))
-                    passes += len(members)
-                finished = {i for i in active if stopper.done(generated[i])}
-                bar.update(len(finished))
-                active = [i for i in active if i not in finished]
+            def prepare(members: list[int], valid: Tensor) -> None:
+                if runner is not None:
+                    runner.set_batch(valid, ids_of(members))
+
+            with installed(model, hooks):
+                _decode_uncached(model, prompts, generated, stopper, batch_size, bar, prepare)
+    passes = sum(len(g) for g in generated)  # one forward pass per generated token
     out = GenerationOutput(generated, "per_step", False, n_forward_passes=passes, prefix_reuse=reuse)
     if abl is not None:
         out.realized_fraction = abl.stats.realized_fraction
@@ -338,7 +327,9 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
         if cached:
             generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
         else:
-            generated = _decode_uncached(model, prompts, masks, held, stopper, batch_size, bar)
+            generated = [[] for _ in prompts]
+            _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
+                             lambda members, valid: setattr(held, "masks", masks[members]))
     tokens = [len(g) for g in generated]
     out = GenerationOutput(generated, "prompt", cached, n_forward_passes=sum(tokens))
     if abl is not None:
@@ -352,22 +343,22 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     return out
 
 
-def _decode_uncached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
-    """Held heads, no cache: every step re-runs each unfinished sequence whole."""
-    generated: list[list[int]] = [[] for _ in prompts]
+def _decode_uncached(model, prompts, generated: list[list[int]], stopper, batch_size, bar, prepare) -> None:
+    """No cache: every step re-runs each unfinished sequence whole (right-padded batches), appending
+    each row's greedy token to ``generated``; ``prepare(members, valid)`` first sets the hooks'
+    state for the batch (its rows' prompt indices and valid mask). Each row stops on its own."""
     active = list(range(len(prompts)))
     while active:
         seqs = [prompts[i] + generated[i] for i in active]
         for batch in make_batches(seqs, batch_size, device=model_device(model)):
             members = [active[j] for j in batch.indices.tolist()]
-            held.masks = masks[members]
+            prepare(members, batch.valid)
             nxt = _last_logits(model, batch.tokens, batch.valid).argmax(dim=-1).tolist()
             for i, t in zip(members, nxt):
                 generated[i].append(int(t))
         finished = {i for i in active if stopper.done(generated[i])}
         bar.update(len(finished))
         active = [i for i in active if i not in finished]
-    return generated
 
 
 def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
