@@ -14,6 +14,14 @@ Tiers (``make test-fast`` runs the first, ``make test`` both, as CI does):
 
 The model fixtures are session-scoped and shared by every test that asks for them: tests must
 treat them as read-only (no weight edits; hooks are reset after each test that used them).
+``smollm2`` is SmolLM2-135M as ``load_model`` builds it by default on the installed TransformerLens
+line (a ``HookedTransformer`` on 3.9, a ``TransformerBridge`` on 4); ``smollm2_hooked`` and
+``smollm2_bridge`` ask for one class.
+
+TransformerLens lines: a test that needs 3.9's ``HookedTransformer`` (a tiny one from
+``tests/tiny.py``, the ``smollm2_hooked`` fixture, or the speed paths built on its components)
+carries the ``hooked`` marker, added here for those fixtures. On TransformerLens 4 such tests are
+deselected (reported as deselected, with the line named in the header), never silently passed.
 """
 
 import os
@@ -32,17 +40,41 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 # A user module for the Ray test, imported by that test alone: collecting it (--doctest-modules
 # imports every module under testpaths) would register its score for the whole session.
 collect_ignore = ["integration/ray_user_scores.py"]
-MODEL_FIXTURES = ("smollm2_hooked", "smollm2_bridge")
+MODEL_FIXTURES = ("smollm2", "smollm2_hooked", "smollm2_bridge")
 
 
 def is_integration(item: pytest.Item) -> bool:
     return Path(str(item.path)).resolve().is_relative_to(INTEGRATION_DIR)
 
 
+def needs_hooked(item: pytest.Item) -> bool:
+    """A test that needs TransformerLens 3.9's HookedTransformer (marked, or asks for it by fixture)."""
+    return item.get_closest_marker("hooked") is not None or "smollm2_hooked" in getattr(item, "fixturenames", ())
+
+
+def pytest_report_header(config):
+    from inactive_heads.models.tl_line import installed_version, line
+
+    return f"transformer-lens {installed_version()} (the {line()} line)"
+
+
 def pytest_collection_modifyitems(config, items):
+    from inactive_heads.models.tl_line import has_hooked_transformer
+
+    keep, without_hooked = [], []
     for item in items:
         if is_integration(item):
             item.add_marker(pytest.mark.integration)
+        if needs_hooked(item):
+            item.add_marker(pytest.mark.hooked)
+            if not has_hooked_transformer():
+                without_hooked.append(item)
+                continue
+        keep.append(item)
+    if without_hooked:
+        # TransformerLens 4 has no HookedTransformer: these tests cannot run there.
+        config.hook.pytest_deselected(items=without_hooked)
+        items[:] = keep
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,6 +150,15 @@ def _load(backend: str):
 
     torch.manual_seed(0)
     return load_model("smollm2-135m", backend=backend, progress=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2(request):
+    """SmolLM2-135M-Instruct as ``load_model`` builds it by default on the installed TransformerLens
+    line (fp32, CPU): a ``HookedTransformer`` on 3.9, a ``TransformerBridge`` on 4. Read-only."""
+    from inactive_heads.models.tl_line import has_hooked_transformer
+
+    return request.getfixturevalue("smollm2_hooked" if has_hooked_transformer() else "smollm2_bridge")
 
 
 @pytest.fixture(scope="session")

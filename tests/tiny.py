@@ -1,12 +1,21 @@
-"""A tiny synthetic GQA HookedTransformer for unit tests (no weights to load)."""
+"""Tiny random-weight models for tests: a synthetic GQA HookedTransformer (TransformerLens 3.9
+only; tests using it carry the ``hooked`` marker) and Hugging Face models of every family."""
 
 from typing import Any
 
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 
-def tiny_gqa_model(seed: int = 0, n_layers: int = 3) -> HookedTransformer:
+def tiny_gqa_model(seed: int = 0, n_layers: int = 3):
+    """A tiny GQA model (6 query heads, 2 KV heads of 8 dims, rotary, gated MLP, RMS norm, a random
+    ``b_O``): a ``HookedTransformer`` on TransformerLens 3.9, a ``TransformerBridge`` over the same
+    shapes of Hugging Face Llama on 4 (d_model 48 there: Llama needs heads × d_head = d_model)."""
+    from inactive_heads.models.tl_line import has_hooked_transformer
+
+    if not has_hooked_transformer():
+        return tiny_gqa_bridge(seed, n_layers)
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
     cfg = HookedTransformerConfig(
         n_layers=n_layers,
         d_model=32,
@@ -30,6 +39,62 @@ def tiny_gqa_model(seed: int = 0, n_layers: int = 3) -> HookedTransformer:
             block.attn.b_O.normal_(0, 0.5)
     model.eval()
     return model
+
+
+TINY_GQA_VOCAB = 97
+
+
+def _word_tokenizer(directory, vocab_size: int):
+    """A word-level tokenizer over ``t0 … t{vocab_size-1}`` (pad t0, BOS t1, EOS t2), saved to
+    ``directory`` and read back (no network)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", pad_token="t0", bos_token="t1",
+                            eos_token="t2").save_pretrained(directory)
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def tiny_gqa_bridge(seed: int = 0, n_layers: int = 3):
+    """The tiny GQA model as a ``TransformerBridge`` over a saved Hugging Face Llama (both lines)."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from inactive_heads.models.loading import load_model
+
+    directory = tempfile.mkdtemp(prefix="ih-tiny-gqa-")
+    _word_tokenizer(directory, TINY_GQA_VOCAB)
+    config = LlamaConfig(
+        hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+        num_hidden_layers=n_layers, vocab_size=TINY_GQA_VOCAB, max_position_embeddings=64,
+        attention_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():  # as the HookedTransformer above: zero q/k/v biases, a random b_O
+        for layer in hf.model.layers:
+            attn = layer.self_attn
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                proj.bias.zero_()
+            attn.o_proj.bias.normal_(0, 0.5)
+    hf.save_pretrained(directory)
+    return load_model(directory, backend="bridge", progress=False)
+
+
+def value_weights(model, layer: int):
+    """The value projection ``model``'s forward reads at ``layer``, KV head first, as tensors that
+    edit the model in place: ``(W [kv_head, ...], b [kv_head, d_head])``. A ``HookedTransformer``'s
+    ``_W_V``/``_b_V``; a bridge's Hugging Face ``v_proj`` viewed per KV head."""
+    from inactive_heads.models.tl_line import is_hooked_transformer
+
+    if is_hooked_transformer(model):
+        return model.blocks[layer].attn._W_V, model.blocks[layer].attn._b_V
+    v_proj = model.original_model.model.layers[layer].self_attn.v_proj
+    kv, d_head = model.cfg.n_key_value_heads, model.cfg.d_head
+    return v_proj.weight.view(kv, d_head, -1), v_proj.bias.view(kv, d_head)
 
 
 def random_sequences(n: int, *, seed: int = 0, min_len: int = 3, max_len: int = 20, vocab: int = 97):

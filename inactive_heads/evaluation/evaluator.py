@@ -21,6 +21,7 @@ from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
 from ..runtime.hooks import HeadHookRunner, make_batches, model_device, unembed_at
 from ..models.loading import architecture_of, model_info
+from ..models.tl_line import is_hooked_transformer
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
@@ -230,10 +231,8 @@ class EvalResult:
 def _logits_at(model, tokens, valid, rows, positions):
     """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch."""
     mask = valid.long()
-    from transformer_lens import HookedTransformer
-
-    # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
-    if hasattr(model, "unembed") and isinstance(model, HookedTransformer):
+    # A subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
+    if hasattr(model, "unembed") and is_hooked_transformer(model):
         resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
         return unembed_at(model, resid, rows, positions)
     hf = getattr(model, "original_model", None)  # a TransformerBridge's Hugging Face model

@@ -36,6 +36,7 @@ from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
+from ..models.tl_line import is_hooked_transformer
 from ..runtime.fast_attention import attention_form, gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
@@ -96,11 +97,9 @@ class _HeldHeads:
 
 def _last_logits(model, tokens: Int[Tensor, "batch pos"], valid: Bool[Tensor, "batch pos"]) -> Tensor:
     """Logits at each row's last real position of a right-padded batch (the exact attention form)."""
-    from transformer_lens import HookedTransformer
-
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     last = valid.sum(dim=1).to(tokens.device) - 1
-    if isinstance(model, HookedTransformer):
+    if is_hooked_transformer(model):
         mask = valid.to(dtype=torch.long, device=tokens.device)
         with attention_form(model, "exact"):
             resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
@@ -320,9 +319,7 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
     held = _HeldHeads(info.n_layers)
-    from transformer_lens import HookedTransformer
-
-    cached = use_cache and isinstance(model, HookedTransformer)
+    cached = use_cache and is_hooked_transformer(model)
     with installed(model, held.hooks()), torch.inference_mode():
         if cached:
             generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)

@@ -24,6 +24,7 @@ import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
 from ..core.errors import UserError
+from .tl_line import check_supported, has_hooked_transformer, installed_version, is_bridge, is_hooked_transformer
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
     BuiltinModel,
@@ -248,12 +249,23 @@ def hooked_support(config) -> tuple[bool, str]:
 
 
 def choose_backend(config, backend: str) -> tuple[str, str]:
-    """The backend to build (``"hooked"`` or ``"bridge"``) and the reason, for a requested one."""
+    """The backend to build (``"hooked"`` or ``"bridge"``) and the reason, for a requested one.
+
+    On TransformerLens 4 (no ``HookedTransformer``) every model is a ``TransformerBridge``."""
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
-    ok, reason = hooked_support(config)
     if backend == "bridge":
         return "bridge", "backend='bridge' was requested"
+    if not has_hooked_transformer():
+        version = installed_version()
+        if backend == "hooked":
+            raise ModelLoadError(
+                f"backend='hooked' needs TransformerLens 3.9's HookedTransformer, but transformer-lens "
+                f"{version} is installed (4.x has none); use backend='auto' or 'bridge', or set up the "
+                "3.9 line (make setup TL=3.9)"
+            )
+        return "bridge", f"TransformerLens {version} has no HookedTransformer; TransformerBridge wraps the HF modules"
+    ok, reason = hooked_support(config)
     if backend == "hooked":
         if not ok:
             raise ModelLoadError(
@@ -397,6 +409,7 @@ def load_model(
     # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
+    tl_version = check_supported()
     # Device and dtype are checked before anything is read or converted (FAM-DEV: devices.py);
     # dtype "auto" needs the config, so it is settled once the config is read.
     from .devices import check_device_dtype
@@ -444,6 +457,8 @@ def load_model(
             "architecture": architecture,
             "backend_requested": backend,
             "backend_reason": reason,
+            "model_class": type(model).__name__,
+            "transformer_lens": tl_version,
         },
     )
     model.inactive_heads_info = info
@@ -476,12 +491,6 @@ def describe_builtin_models() -> list[dict[str, Any]]:
     return rows
 
 
-def _is_bridge(model) -> bool:
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return isinstance(model, TransformerBridge)
-
-
 def _processed_weights_note(model) -> str | None:
     """Why a user's own ``HookedTransformer`` has processed weights, or ``None`` if it has not.
 
@@ -489,9 +498,7 @@ def _processed_weights_note(model) -> str | None:
     (``from_pretrained_no_processing`` does not); folded value biases move ``b_V`` into ``b_O``,
     so ``hook_v`` and ``hook_z`` (and every score read from them) differ from the original model's.
     """
-    from transformer_lens import HookedTransformer
-
-    if not isinstance(model, HookedTransformer):
+    if not is_hooked_transformer(model):
         return None
     cfg = model.cfg
     if cfg.normalization_type in ("LNPre", "RMSPre"):
@@ -551,8 +558,9 @@ def model_info(model) -> ModelInfo:
         is_chat=bool(tokenizer is not None and _is_chat(tokenizer, name)),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=getattr(tokenizer, "bos_token", None),
-        backend="bridge" if _is_bridge(model) else "hooked",
+        backend="bridge" if is_bridge(model) else "hooked",
         dtype=str(cfg.dtype).removeprefix("torch."),
         source=name,
-        extra={"architecture": architecture, "processed_weights": note},
+        extra={"architecture": architecture, "processed_weights": note, "model_class": type(model).__name__,
+               "transformer_lens": installed_version()},
     )

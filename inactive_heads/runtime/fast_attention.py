@@ -50,6 +50,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..core.errors import UserError
+from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
@@ -104,12 +105,12 @@ def unsupported_reason(model) -> str | None:
     ``HookedTransformer`` whose attention modules are TransformerLens's ``Attention`` or
     ``GroupedQueryAttention`` (global, causal) and whose every config field is one this forward
     knows, at a value it supports; a field it does not know (a newer TransformerLens) is refused."""
-    from transformer_lens import HookedTransformer
+    # A subclass (e.g. SAELens' HookedSAETransformer) is a HookedTransformer too; on
+    # TransformerLens 4 nothing is (it has no HookedTransformer).
+    if not is_hooked_transformer(model) or not hasattr(model, "blocks"):
+        return f"{type(model).__name__} is not a HookedTransformer"
     from transformer_lens.components import Attention, GroupedQueryAttention
 
-    # isinstance: a subclass (e.g. SAELens' HookedSAETransformer) is a HookedTransformer too.
-    if not isinstance(model, HookedTransformer) or not hasattr(model, "blocks"):
-        return f"{type(model).__name__} is not a HookedTransformer"
     cfg = model.cfg
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name, None)
@@ -470,7 +471,8 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
             active.depth -= 1
         return
     reason = unsupported_reason(model) if enabled else None
-    if reason is not None:
+    # A TransformerBridge runs the Hugging Face attention it wraps by design: nothing to warn about.
+    if reason is not None and not is_bridge(model):
         _warn_once(model, f"fast_attention: {reason}; running TransformerLens's own attention forward")
     if not enabled or reason is not None:
         _ACTIVE[model] = _Active(form, False)
@@ -535,6 +537,8 @@ def _bound(forward, module, state: _State):
 
 
 def _plain_gated_mlp(mlp) -> bool:
+    if not has_hooked_transformer():  # TransformerLens 4: no GatedMLP component to stand in for
+        return False
     from transformer_lens.components.mlps.gated_mlp import GatedMLP
 
     return type(mlp) is GatedMLP and not (mlp.cfg.is_layer_norm_activation() and mlp.ln is not None)

@@ -20,6 +20,7 @@ from torch import Tensor
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
 from ..models.loading import model_info
+from ..models.tl_line import has_hooked_transformer
 from .activations import LayerActivations, keeps_transposes, transposed_weight
 from ..core.errors import UserError
 
@@ -153,6 +154,8 @@ def _unembed(unembed, x: Float[Tensor, "n 1 d_model"]) -> Float[Tensor, "n 1 voc
     gradients off), the copy is made once per weight
     (:func:`~inactive_heads.runtime.activations.transposed_weight`), and the same ``F.linear``
     call gives the same bits. Elsewhere (GPU, gradients, a subclass) TransformerLens's forward runs."""
+    if not has_hooked_transformer():  # TransformerLens 4 has no Unembed component
+        return unembed(x)
     from transformer_lens.components import Unembed
 
     W = unembed.W_U

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny import random_sequences, tiny_gqa_model
+from tiny import random_sequences, tiny_gqa_model, value_weights
 
 import inactive_heads as ih
 from inactive_heads.ablation.head_ablation import AblationSpec, DynamicAblation, RandomAblation, StaticAblation, zero_heads_hook
@@ -90,8 +90,9 @@ def test_static_realized_fraction_is_exact(tiny, tokens):
 def test_dynamic_flags_exactly_the_dead_heads():
     model = tiny_gqa_model(seed=4)
     with torch.no_grad():  # KV head 0 of layer 1 has no values: query heads 0..2 output nothing
-        model.blocks[1].attn._W_V[0].zero_()
-        model.blocks[1].attn._b_V[0].zero_()
+        W_V, b_V = value_weights(model, 1)
+        W_V[0].zero_()
+        b_V[0].zero_()
     tokens = torch.tensor(random_sequences(3, seed=5, min_len=10, max_len=10))
     abl = DynamicAblation("ahon_ln", 1e-3)
     with abl.apply(model):
@@ -190,6 +191,7 @@ def test_apply_numbers_the_rows_of_each_forward_pass_after_the_previous_ones(tin
     assert not torch.equal(split.stats.masks[0], split.stats.masks[2])  # not the same draw again
 
 
+@pytest.mark.hooked
 def test_a_hookedtransformer_subclass_takes_the_hookedtransformer_paths():
     # e.g. SAELens' HookedSAETransformer: the type's name differs, isinstance does not.
     from transformer_lens import HookedTransformer

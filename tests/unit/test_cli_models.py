@@ -71,10 +71,19 @@ def test_subcommand_registry_is_extensible(capsys, monkeypatch):
 
 
 def test_models_says_which_backend_auto_builds_and_why(capsys):
-    """SmolLM2 (Llama) and Qwen2 get HookedTransformer; Gemma-3 has no faithful hooked route."""
+    """On 3.9, SmolLM2 (Llama) and Qwen2 get HookedTransformer and Gemma-3 (no faithful hooked
+    route) a bridge; on TransformerLens 4 (no HookedTransformer) every model gets a bridge."""
+    from importlib.metadata import version
+
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     backend = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.split()[:1] and line.split()[0] in models.BUILTIN_MODELS}
-    assert backend == {"smollm2-135m": "hooked", "gemma-3-270m": "bridge",
-                       "qwen2.5-coder-0.5b": "hooked", "qwen2.5-coder-1.5b": "hooked"}
-    assert "gemma-3-270m: bridge, because HookedTransformer has no faithful route for Gemma3ForCausalLM" in out
+    installed = version("transformer-lens")
+    if installed.startswith("3."):
+        assert backend == {"smollm2-135m": "hooked", "gemma-3-270m": "bridge",
+                           "qwen2.5-coder-0.5b": "hooked", "qwen2.5-coder-1.5b": "hooked"}
+        assert "gemma-3-270m: bridge, because HookedTransformer has no faithful route for Gemma3ForCausalLM" in out
+    else:
+        assert set(backend.values()) == {"bridge"} and len(backend) == len(models.BUILTIN_MODELS)
+        assert f"smollm2-135m: bridge, because TransformerLens {installed} has no HookedTransformer" in out
+    assert f"TransformerLens {installed}, the " in out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import random_sequences, tiny_gqa_model
+from tiny import random_sequences, tiny_gqa_model, value_weights
 
 import inactive_heads as ih
 from inactive_heads.evaluation.evaluator import EvalPlan, index_forward_inputs
@@ -196,7 +196,7 @@ def test_the_override_adds_no_device_to_host_wait(tiny, sequences, monkeypatch):
 def test_a_non_finite_score_is_still_an_error_through_an_override(tiny):
     model = tiny_gqa_model(seed=5)
     with torch.no_grad():
-        model.blocks[1].attn._W_V.fill_(float("nan"))
+        value_weights(model, 1)[0].fill_(float("nan"))
     abl = KeepLayer0("ahon", 0.5)
     with abl.apply(model), torch.inference_mode():
         model(torch.tensor(random_sequences(1, seed=5, min_len=6, max_len=6)))

@@ -16,6 +16,10 @@ from inactive_heads.runtime.hook_registry import installed, read_only
 from inactive_heads.runtime.hooks import make_batches
 from inactive_heads.runtime.prefix import group_by_prefix
 
+# The fast attention forward stands in for HookedTransformer's attention components (TransformerLens 3.9).
+pytestmark = pytest.mark.hooked
+
+
 TOL = 1e-4
 
 

@@ -8,6 +8,7 @@ import inactive_heads as ih
 from inactive_heads.ablation.head_ablation import DynamicAblation, RandomAblation, StaticAblation
 from inactive_heads.core.errors import UserError
 from inactive_heads.evaluation.generation import generate, held_savings
+from inactive_heads.models.tl_line import is_hooked_transformer
 from tests.tiny import random_sequences, tiny_gqa_model
 
 
@@ -16,11 +17,19 @@ def model():
     """6 query heads on 2 KV heads, 3 layers; weights scaled so greedy outputs vary."""
     m = tiny_gqa_model(seed=2)
     with torch.no_grad():
-        m.W_E.normal_(0, 1.0)
-        m.W_U.normal_(0, 1.0)
-        for block in m.blocks:
-            block.attn.W_O.mul_(4)
-            block.attn.W_V.mul_(2)
+        if is_hooked_transformer(m):
+            m.W_E.normal_(0, 1.0)
+            m.W_U.normal_(0, 1.0)
+            for block in m.blocks:
+                block.attn.W_O.mul_(4)
+                block.attn.W_V.mul_(2)
+        else:  # a bridge: the Hugging Face weights its forward reads
+            hf = m.original_model
+            hf.model.embed_tokens.weight.normal_(0, 1.0)
+            hf.lm_head.weight.normal_(0, 1.0)
+            for layer in hf.model.layers:
+                layer.self_attn.o_proj.weight.mul_(4)
+                layer.self_attn.v_proj.weight.mul_(2)
     return m
 
 
@@ -45,6 +54,7 @@ def test_outputs_vary(model):
     assert all(len(set(t)) > 1 for t in tokens[:3])
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("ablation", ["ahon_ln", "awft", "random"])
 def test_prompt_cached_equals_uncached_and_one_at_a_time(model, ablation):
     cached = _run(model, ablation, decision="prompt", use_cache=True, batch_size=3)
@@ -69,6 +79,7 @@ _SHARED = random_sequences(1, seed=7, min_len=36, max_len=36)[0]
 SHARED_PROMPTS = [_SHARED + tail for tail in random_sequences(4, seed=8, min_len=1, max_len=6)] + [PROMPTS[0]]
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("ablation", ["none", "ahon_ln", "awft"])
 def test_per_step_with_prefix_reuse_equals_the_full_rerun(model, ablation):
     # Reuse computes each state once per decision history: the shared prefix once, then each step
@@ -104,6 +115,7 @@ def test_per_step_prefix_reuse_runs_random_in_full(model):
     assert reused.tokens == full.tokens and reused.realized_fraction == full.realized_fraction
 
 
+@pytest.mark.hooked
 def test_cached_logits_equal_a_full_recompute(model):
     # One decode step by hand: the cached path's next-token logits against a whole-sequence pass.
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
@@ -192,7 +204,9 @@ def test_zeroed_nan_does_not_survive(model):
     ({"until": ("Q:",), "max_new_tokens": 4}, "tokenizer"),
     ({"reuse_prefix": True}, "reuse_prefix applies to decision='per_step'"),
 ])
-def test_bad_input(model, kwargs, match):
+def test_bad_input(model, kwargs, match, monkeypatch):
+    if match == "tokenizer":  # stop strings on a model without a tokenizer (the bridge has one)
+        monkeypatch.setattr(model, "tokenizer", None)
     with pytest.raises(UserError, match=match):
         generate(model, PROMPTS, progress=False, **kwargs)
 

@@ -335,6 +335,7 @@ def test_unreadable_config_is_one_line(tmp_path):
     one_line(err)
 
 
+@pytest.mark.hooked
 def test_a_temporary_directory_named_like_a_model_is_refused(tmp_path, monkeypatch):
     """TransformerLens reads "llama" in any path as the model's name: the config copy it is given
     must live elsewhere, or loading stops with a one-line error (never TL's fixed config)."""

@@ -11,7 +11,7 @@ from inactive_heads.ablation.head_ablation import DynamicAblation, StaticAblatio
 from inactive_heads.runtime.hooks import make_batches, run_forward
 from inactive_heads.scoring.recording import record_scores
 from inactive_heads.scoring.scores import LayerActivations, get_score, output_gram_factor, row_entropy
-from tiny import random_sequences, tiny_gqa_model
+from tiny import random_sequences, tiny_gqa_model, value_weights
 
 
 def _acts(z=None, pattern=None, v=None, w_o=None, valid=None, n_heads=None):
@@ -140,6 +140,7 @@ def test_gram_factor_is_cached_per_weight_and_follows_in_place_changes():
     torch.testing.assert_close(second.abs(), 2 * first.abs())
 
 
+@pytest.mark.hooked
 def test_unembed_at_equals_transformer_lens_unembed_to_the_bit_and_follows_weight_edits():
     from inactive_heads.runtime.hooks import unembed_at
 
@@ -214,7 +215,7 @@ def test_dynamic_ablation_copies_to_the_host_once_per_batch(monkeypatch):
 def test_a_non_finite_score_during_ablation_is_still_an_error():
     model = tiny_gqa_model()
     with torch.no_grad():
-        model.blocks[1].attn._W_V.fill_(float("nan"))
+        value_weights(model, 1)[0].fill_(float("nan"))
     abl = DynamicAblation("ahon", 0.5)
     tokens = torch.tensor([random_sequences(1, seed=5, min_len=6, max_len=6)[0]])
     with abl.apply(model), torch.inference_mode():
@@ -283,12 +284,14 @@ def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path
 
 
 def test_run_sweep_checks_a_passed_model_against_its_config(tmp_path):
+    from inactive_heads.models.tl_line import has_hooked_transformer
     from inactive_heads.sweep.runner import SweepConfig, check_model_matches
 
-    model = tiny_gqa_model()  # float32, HookedTransformer, n_ctx 64, on the CPU
-    check_model_matches(SweepConfig(dtype="float32", backend="hooked", n_ctx=64, device="cpu"), model)
+    model = tiny_gqa_model()  # float32, n_ctx 64, on the CPU; a HookedTransformer on 3.9, a bridge on 4
+    backend, other = ("hooked", "bridge") if has_hooked_transformer() else ("bridge", "hooked")
+    check_model_matches(SweepConfig(dtype="float32", backend=backend, n_ctx=64, device="cpu"), model)
     check_model_matches(SweepConfig(dtype="auto", backend="auto"), model)  # unset fields are not checked
-    for field, value, shown in (("dtype", "bfloat16", "'float32'"), ("backend", "bridge", "'hooked'"),
+    for field, value, shown in (("dtype", "bfloat16", "'float32'"), ("backend", other, f"'{backend}'"),
                                 ("n_ctx", 128, "64")):
         with pytest.raises(ValueError, match=rf"has {field} {shown} but the sweep config says"):
             check_model_matches(SweepConfig(**{field: value}), model)

@@ -19,6 +19,10 @@ from inactive_heads.scoring.recording import ScoreRecorder
 from inactive_heads.scoring.scores import resolve_scores
 from tiny import tiny_gqa_model
 
+# Prefix reuse runs on the HookedTransformer fast attention path (TransformerLens 3.9).
+pytestmark = pytest.mark.hooked
+
+
 TOL = 1e-4
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from reference_scores import reference_scores
 from scipy.stats import kstest
-from tiny import random_sequences, tiny_gqa_model
+from tiny import random_sequences, tiny_gqa_model, value_weights
 
 import inactive_heads as ih
 from inactive_heads.scoring.scores import LayerActivations, layer_normalize
@@ -32,8 +32,9 @@ def test_zeroed_value_weights_give_zero_scores_and_are_flagged(seqs):
     model = tiny_gqa_model(seed=3)
     layer, kv_head = 1, 1
     with torch.no_grad():
-        model.blocks[layer].attn._W_V[kv_head].zero_()
-        model.blocks[layer].attn._b_V[kv_head].zero_()
+        W_V, b_V = value_weights(model, layer)
+        W_V[kv_head].zero_()
+        b_V[kv_head].zero_()
     hs = ih.record_scores(model, seqs, ["ahon", "avvn", "ahon_ln", "avvn_ln", "ftvvn"], progress=False)
     group = model.cfg.n_heads // model.cfg.n_key_value_heads
     dead = list(range(kv_head * group, (kv_head + 1) * group))  # query heads reading that KV head
