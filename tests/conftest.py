@@ -49,7 +49,10 @@ def is_integration(item: pytest.Item) -> bool:
 
 def needs_hooked(item: pytest.Item) -> bool:
     """A test that needs TransformerLens 3.9's HookedTransformer (marked, or asks for it by fixture)."""
-    return item.get_closest_marker("hooked") is not None or "smollm2_hooked" in getattr(item, "fixturenames", ())
+    callspec = getattr(item, "callspec", None)
+    return (item.get_closest_marker("hooked") is not None
+            or "smollm2_hooked" in getattr(item, "fixturenames", ())
+            or (callspec is not None and callspec.params.get("backend") == "hooked"))
 
 
 def pytest_report_header(config):

@@ -24,7 +24,7 @@ import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
 from ..core.errors import UserError
-from .tl_line import check_supported, has_hooked_transformer, installed_version, is_bridge, is_hooked_transformer
+from . import tl_line
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
     BuiltinModel,
@@ -256,8 +256,8 @@ def choose_backend(config, backend: str) -> tuple[str, str]:
         raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
     if backend == "bridge":
         return "bridge", "backend='bridge' was requested"
-    if not has_hooked_transformer():
-        version = installed_version()
+    if not tl_line.has_hooked_transformer():
+        version = tl_line.installed_version()
         if backend == "hooked":
             raise ModelLoadError(
                 f"backend='hooked' needs TransformerLens 3.9's HookedTransformer, but transformer-lens "
@@ -409,7 +409,7 @@ def load_model(
     # gets this one-line message with or without a runtime type checker.
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
-    tl_version = check_supported()
+    tl_version = tl_line.check_supported()
     # Device and dtype are checked before anything is read or converted (FAM-DEV: devices.py);
     # dtype "auto" needs the config, so it is settled once the config is read.
     from .devices import check_device_dtype
@@ -498,7 +498,7 @@ def _processed_weights_note(model) -> str | None:
     (``from_pretrained_no_processing`` does not); folded value biases move ``b_V`` into ``b_O``,
     so ``hook_v`` and ``hook_z`` (and every score read from them) differ from the original model's.
     """
-    if not is_hooked_transformer(model):
+    if not tl_line.is_hooked_transformer(model):
         return None
     cfg = model.cfg
     if cfg.normalization_type in ("LNPre", "RMSPre"):
@@ -558,9 +558,9 @@ def model_info(model) -> ModelInfo:
         is_chat=bool(tokenizer is not None and _is_chat(tokenizer, name)),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=getattr(tokenizer, "bos_token", None),
-        backend="bridge" if is_bridge(model) else "hooked",
+        backend="bridge" if tl_line.is_bridge(model) else "hooked",
         dtype=str(cfg.dtype).removeprefix("torch."),
         source=name,
         extra={"architecture": architecture, "processed_weights": note, "model_class": type(model).__name__,
-               "transformer_lens": installed_version()},
+               "transformer_lens": tl_line.installed_version()},
     )

@@ -26,19 +26,19 @@ class TwoQuietest(ih.HeadAblation):  # the issue's "5 lines": a subclass impleme
 
 
 @pytest.fixture(scope="module")
-def piqa(smollm2_hooked):
-    return ih.plan_evaluation(smollm2_hooked, "piqa", limit=4)
+def piqa(smollm2):
+    return ih.plan_evaluation(smollm2, "piqa", limit=4)
 
 
 @pytest.mark.slow
-def test_custom_and_overridden_ablations_run_through_evaluate(smollm2_hooked, piqa):
-    run = ih.evaluate(smollm2_hooked, piqa, ablation=TwoQuietest(), progress=False)
+def test_custom_and_overridden_ablations_run_through_evaluate(smollm2, piqa):
+    run = ih.evaluate(smollm2, piqa, ablation=TwoQuietest(), progress=False)
     assert run.realized_fraction == 2 / 9 and run.realized_fraction_per_layer == [2 / 9] * 30
     assert run.config["ablation"]["kind"] == "custom" and run.config["ablation"]["name"] == "TwoQuietest"
-    scores = ih.record_scores(smollm2_hooked, piqa.inputs, ["ahon_ln"], progress=False)
+    scores = ih.record_scores(smollm2, piqa.inputs, ["ahon_ln"], progress=False)
     tau = ih.calibrate(scores, "ahon_ln", [0.3]).at(0.3)
-    parent = ih.evaluate(smollm2_hooked, piqa, ablation=ih.DynamicAblation("ahon_ln", tau), progress=False)
-    kept = ih.evaluate(smollm2_hooked, piqa, ablation=KeepLayer0("ahon_ln", tau), progress=False)
+    parent = ih.evaluate(smollm2, piqa, ablation=ih.DynamicAblation("ahon_ln", tau), progress=False)
+    kept = ih.evaluate(smollm2, piqa, ablation=KeepLayer0("ahon_ln", tau), progress=False)
     assert parent.realized_fraction_per_layer[0] > 0  # the parent's rule zeroes some of layer 0 ...
     assert kept.realized_fraction_per_layer[0] == 0.0  # ... the override none
     assert kept.realized_fraction > 0
@@ -46,9 +46,9 @@ def test_custom_and_overridden_ablations_run_through_evaluate(smollm2_hooked, pi
 
 
 @pytest.mark.slow
-def test_lm_eval_model_keeps_the_instance(smollm2_hooked, piqa):
+def test_lm_eval_model_keeps_the_instance(smollm2, piqa):
     quiet = TwoQuietest()
-    lm = ih.lm_eval_model(smollm2_hooked, ablation=quiet, batch_size=4, progress=False)
+    lm = ih.lm_eval_model(smollm2, ablation=quiet, batch_size=4, progress=False)
     assert lm.ablation is quiet
     requests = [Instance("loglikelihood", {}, ("The capital of France is", " Paris"), 0),
                 Instance("loglikelihood", {}, ("Two plus two equals", " four"), 1)]
@@ -58,6 +58,6 @@ def test_lm_eval_model_keeps_the_instance(smollm2_hooked, piqa):
     assert entry["ablation"]["name"] == "TwoQuietest" and entry["ablation"]["kind"] == "custom"
     assert entry["realized_fraction"] == 2 / 9 and entry["flagged"] == 2 * 30 * 2
     assert lm.get_model_info()["inactive_heads"]["ablation"]["class"].endswith(".TwoQuietest")
-    kept = ih.lm_eval_model(smollm2_hooked, ablation=KeepLayer0("ahon_ln", 0.9), batch_size=4, progress=False)
+    kept = ih.lm_eval_model(smollm2, ablation=KeepLayer0("ahon_ln", 0.9), batch_size=4, progress=False)
     kept.loglikelihood(requests)
     assert kept.stats["loglikelihood"]["realized_fraction_per_layer"][0] == 0.0

@@ -48,7 +48,7 @@ def user_scores(monkeypatch):
     sys.modules.pop("ray_user_scores", None)
 
 
-def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_scores, smollm2_hooked, tmp_path):
+def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_scores, smollm2, tmp_path):
     assert not ray.is_initialized()
     config = SweepConfig(model="smollm2-135m", task="mmlu", subjects=["abstract_algebra", "anatomy"], limit=3,
                          num_fewshot=0, scores=["user_max_key_weight"], quantiles=[0.3], include_random=False,
@@ -65,7 +65,7 @@ def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers run (fp32 sums are ordered by the thread count)
     try:
-        local = run_sweep(config, tmp_path / "local", model=smollm2_hooked, progress=False)
+        local = run_sweep(config, tmp_path / "local", model=smollm2, progress=False)
     finally:
         torch.set_num_threads(threads)
     assert stable(remote.records) == stable(local.records)
@@ -81,13 +81,13 @@ def ray_session():
 
 
 @pytest.fixture(scope="module")
-def local(smollm2_hooked, tmp_path_factory):
+def local(smollm2, tmp_path_factory):
     # Actors run one torch thread each; fp32 reductions (log_softmax over the vocabulary, norms) sum
     # in an order that depends on the thread count, so the local reference runs with one thread too.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return run_sweep(tiny_config(), tmp_path_factory.mktemp("local"), model=smollm2_hooked, progress=False)
+        return run_sweep(tiny_config(), tmp_path_factory.mktemp("local"), model=smollm2, progress=False)
     finally:
         torch.set_num_threads(threads)
 
@@ -174,11 +174,11 @@ def gsm8k_config(decision):
 
 
 @pytest.mark.parametrize("decision", ["per_step", "prompt"])
-def test_a_gsm8k_sweep_on_ray_equals_the_local_sweep(ray_session, smollm2_hooked, tmp_path, decision):
+def test_a_gsm8k_sweep_on_ray_equals_the_local_sweep(ray_session, smollm2, tmp_path, decision):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers run
     try:
-        local = run_sweep(gsm8k_config(decision), tmp_path / "local", model=smollm2_hooked, progress=False)
+        local = run_sweep(gsm8k_config(decision), tmp_path / "local", model=smollm2, progress=False)
     finally:
         torch.set_num_threads(threads)
     remote = run_sweep(gsm8k_config(decision), tmp_path / "ray", executor="ray", workers=1, shards=2, progress=False)

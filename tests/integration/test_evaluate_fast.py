@@ -11,13 +11,13 @@ STATIC = [(l, h) for l in range(1, 30, 4) for h in (2, 7)]
 
 
 @pytest.fixture(scope="module")
-def plan(smollm2_hooked):
-    return ih.plan_evaluation(smollm2_hooked, "mmlu", subjects=SUBJECTS, limit=2, num_fewshot=2)
+def plan(smollm2):
+    return ih.plan_evaluation(smollm2, "mmlu", subjects=SUBJECTS, limit=2, num_fewshot=2)
 
 
 @pytest.fixture(scope="module")
-def eager_plain(smollm2_hooked, plan):
-    return ih.evaluate(smollm2_hooked, plan, attention="eager", progress=False)
+def eager_plain(smollm2, plan):
+    return ih.evaluate(smollm2, plan, attention="eager", progress=False)
 
 
 def _close(a, b, tol=2e-4):
@@ -26,18 +26,18 @@ def _close(a, b, tol=2e-4):
     assert worst <= tol, worst
 
 
-def test_plain_fast_and_exact_equal_eager(smollm2_hooked, plan, eager_plain):
-    _close(eager_plain, ih.evaluate(smollm2_hooked, plan, attention="fast", progress=False))
-    exact = ih.evaluate(smollm2_hooked, plan, attention="exact", progress=False)
+def test_plain_fast_and_exact_equal_eager(smollm2, plan, eager_plain):
+    _close(eager_plain, ih.evaluate(smollm2, plan, attention="fast", progress=False))
+    exact = ih.evaluate(smollm2, plan, attention="exact", progress=False)
     _close(eager_plain, exact, tol=1e-6)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("score, tau", [("ahon_ln", 0.5), ("awft", 0.9)])
-def test_dynamic_fast_equals_eager(smollm2_hooked, plan, score, tau):
+def test_dynamic_fast_equals_eager(smollm2, plan, score, tau):
     eager_abl, fast_abl = ih.DynamicAblation(score, tau), ih.DynamicAblation(score, tau)
-    eager = ih.evaluate(smollm2_hooked, plan, ablation=eager_abl, attention="eager", progress=False)
-    fast = ih.evaluate(smollm2_hooked, plan, ablation=fast_abl, attention="fast", progress=False)
+    eager = ih.evaluate(smollm2, plan, ablation=eager_abl, attention="eager", progress=False)
+    fast = ih.evaluate(smollm2, plan, ablation=fast_abl, attention="fast", progress=False)
     _close(eager, fast)
     assert 0 < fast.realized_fraction < 1
     # flags identical per (sequence, layer, head), not only in total
@@ -45,11 +45,11 @@ def test_dynamic_fast_equals_eager(smollm2_hooked, plan, score, tau):
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["plain", "static"])
-def test_prefix_reuse_equals_full_recompute(smollm2_hooked, plan, eager_plain, static):
+def test_prefix_reuse_equals_full_recompute(smollm2, plan, eager_plain, static):
     make = (lambda: ih.StaticAblation(STATIC)) if static else (lambda: None)
-    full = ih.evaluate(smollm2_hooked, plan, ablation=make(), attention="eager", progress=False) if static \
+    full = ih.evaluate(smollm2, plan, ablation=make(), attention="eager", progress=False) if static \
         else eager_plain
-    reused = ih.evaluate(smollm2_hooked, plan, ablation=make(), reuse_prefix=True, progress=False)
+    reused = ih.evaluate(smollm2, plan, ablation=make(), reuse_prefix=True, progress=False)
     assert reused.prefix_reuse["groups"] == 2  # one shared few-shot prefix per subject
     assert reused.prefix_reuse["inputs_reused"] == len(plan.inputs)
     assert reused.prefix_reuse["branches"] == 0  # nothing decided per sequence: one path per prefix
@@ -75,13 +75,13 @@ class _ScoreProbe(ih.DynamicAblation):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("score, tau", [("ahon_ln", 0.6), ("awft", 0.9)])
-def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
+def test_dynamic_prefix_reuse_equals_full_recompute(smollm2, score, tau):
     """Dynamic runs reusing each subject's few-shot prefix: identical answers and per-(sequence,
     layer, head) flags, log-likelihoods within float rounding, fewer prefix layers computed."""
-    plan = ih.plan_evaluation(smollm2_hooked, "mmlu", subjects=SUBJECTS, limit=3, num_fewshot=2)
+    plan = ih.plan_evaluation(smollm2, "mmlu", subjects=SUBJECTS, limit=3, num_fewshot=2)
     full_abl, reuse_abl = _ScoreProbe(score, tau), _ScoreProbe(score, tau)
-    full = ih.evaluate(smollm2_hooked, plan, ablation=full_abl, progress=False)
-    reused = ih.evaluate(smollm2_hooked, plan, ablation=reuse_abl, reuse_prefix=True, batch_size=3, progress=False)
+    full = ih.evaluate(smollm2, plan, ablation=full_abl, progress=False)
+    reused = ih.evaluate(smollm2, plan, ablation=reuse_abl, reuse_prefix=True, batch_size=3, progress=False)
     a, b = full_abl.stats.flagged_mask(), reuse_abl.stats.flagged_mask()
     differing = [(s, l, h, float(full_abl.seen[(s, l)][h]) - tau, float(reuse_abl.seen[(s, l)][h]) - tau)
                  for s, l, h in (a != b).nonzero().tolist()]
@@ -94,18 +94,18 @@ def test_dynamic_prefix_reuse_equals_full_recompute(smollm2_hooked, score, tau):
 
 
 @pytest.mark.slow
-def test_fast_form_is_one_arithmetic_for_recording_and_dynamic_runs(smollm2_hooked, plan):
+def test_fast_form_is_one_arithmetic_for_recording_and_dynamic_runs(smollm2, plan):
     """With attention="fast" everywhere, record_scores, the recording pass and a dynamic run that
     zeroes nothing see the same numbers (to the bit), and those are within rounding of the exact form."""
     keys = ["ahon_ln", "awft"]
-    recorded = ih.record_scores(smollm2_hooked, plan.inputs, keys, progress=False, attention="fast")
-    in_pass = ih.evaluate(smollm2_hooked, plan, record=keys, attention="fast", progress=False)
-    exact = ih.record_scores(smollm2_hooked, plan.inputs, keys, progress=False)
+    recorded = ih.record_scores(smollm2, plan.inputs, keys, progress=False, attention="fast")
+    in_pass = ih.evaluate(smollm2, plan, record=keys, attention="fast", progress=False)
+    exact = ih.record_scores(smollm2, plan.inputs, keys, progress=False)
     for key in keys:
         assert torch.equal(recorded[key], in_pass.head_scores[key])
         torch.testing.assert_close(recorded[key], exact[key], rtol=1e-5, atol=1e-5)
     assert not torch.equal(recorded["ahon_ln"], exact["ahon_ln"])  # the forms differ: the check is not vacuous
-    nothing = ih.evaluate(smollm2_hooked, plan, ablation=ih.DynamicAblation("ahon_ln", float(recorded["ahon_ln"].min())),
+    nothing = ih.evaluate(smollm2, plan, ablation=ih.DynamicAblation("ahon_ln", float(recorded["ahon_ln"].min())),
                           attention="fast", progress=False)
     assert nothing.realized_fraction == 0.0
     assert nothing.loglikelihoods == in_pass.loglikelihoods

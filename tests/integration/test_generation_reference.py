@@ -20,21 +20,21 @@ MAX_NEW = 8
 
 
 @pytest.fixture(scope="module")
-def requests_(smollm2_hooked):
-    return build_gsm8k_requests(smollm2_hooked.tokenizer, limit=2, num_fewshot=1, apply_chat_template=True)
+def requests_(smollm2):
+    return build_gsm8k_requests(smollm2.tokenizer, limit=2, num_fewshot=1, apply_chat_template=True)
 
 
 @pytest.fixture(scope="module")
-def thresholds(smollm2_hooked, requests_):
+def thresholds(smollm2, requests_):
     # Thresholds at p = 0.1 of the prompts' own scores, so that something is flagged.
     prompts = [list(r.context_ids) for r in requests_]
-    scores = ih.record_scores(smollm2_hooked, prompts, ["ahon_ln", "awft"], progress=False)
+    scores = ih.record_scores(smollm2, prompts, ["ahon_ln", "awft"], progress=False)
     return {key: ih.calibrate(scores, key, [0.1]).values[0] for key in ("ahon_ln", "awft")}
 
 
 @pytest.mark.parametrize("score", ["ahon_ln", "awft"])
-def test_per_step_equals_the_independent_loop(smollm2_hooked, requests_, thresholds, score):
-    model = smollm2_hooked
+def test_per_step_equals_the_independent_loop(smollm2, requests_, thresholds, score):
+    model = smollm2
     tau = thresholds[score]
     prompts = [list(r.context_ids) for r in requests_]
     until = list(requests_[0].until)
@@ -53,8 +53,8 @@ def test_per_step_equals_the_independent_loop(smollm2_hooked, requests_, thresho
     assert reused.realized_fraction == pytest.approx(ours.realized_fraction, abs=1e-12)
 
 
-def test_prompt_decision_cached_equals_uncached(smollm2_hooked, requests_, thresholds):
-    model = smollm2_hooked
+def test_prompt_decision_cached_equals_uncached(smollm2, requests_, thresholds):
+    model = smollm2
     prompts = [list(r.context_ids) for r in requests_]
     until = list(requests_[0].until)
     runs = {

@@ -35,8 +35,8 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hflm(smollm2_hooked):
-    return HFLM(pretrained=ih.model_info(smollm2_hooked).source, dtype="float32", batch_size=8, device="cpu")
+def hflm(smollm2):
+    return HFLM(pretrained=ih.model_info(smollm2).source, dtype="float32", batch_size=8, device="cpu")
 
 
 def run(lm, tasks, names, **kwargs):
@@ -61,7 +61,7 @@ def assert_same_answers(ours, theirs):
         assert argmax(a) == argmax(b)
 
 
-def test_no_ablation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks, monkeypatch):
+def test_no_ablation_equals_lm_evals_hf_model(smollm2, hflm, tasks, monkeypatch):
     names = ["arc_easy", "hellaswag", "mmlu_anatomy"]
     rows = []
     call = hflm._model_call
@@ -71,7 +71,7 @@ def test_no_ablation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks, monke
         return call(inps, *args, **kwargs)
 
     monkeypatch.setattr(hflm, "_model_call", counting_call)
-    lm = lm_eval_model(smollm2_hooked, batch_size=5, progress=False)  # batch size differs from HFLM's 8
+    lm = lm_eval_model(smollm2, batch_size=5, progress=False)  # batch size differs from HFLM's 8
     ours = run(lm, tasks, names, num_fewshot=0, limit=6)
     theirs = run(hflm, tasks, names, num_fewshot=0, limit=6)
     for task in names:
@@ -84,13 +84,13 @@ def test_no_ablation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks, monke
 
 
 @pytest.mark.slow
-def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2_hooked, hflm, tasks):
+def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2, hflm, tasks):
     """Few-shot MMLU (a long shared prefix): the model type with prefix reuse, and with
     TransformerLens's exact arithmetic, answers as lm-eval's HFLM does."""
     names = ["mmlu_anatomy"]
     theirs = run(hflm, tasks, names, num_fewshot=3, limit=5)
     for options in ({"reuse_prefix": True}, {"attention": "exact"}):
-        lm = lm_eval_model(smollm2_hooked, batch_size=3, progress=False, **options)
+        lm = lm_eval_model(smollm2, batch_size=3, progress=False, **options)
         ours = run(lm, tasks, names, num_fewshot=3, limit=5)
         assert_same_answers(per_question(ours, names[0]), per_question(theirs, names[0]))
         reuse = lm.stats["loglikelihood"]["prefix_reuse"]
@@ -102,7 +102,7 @@ def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2_hooked,
 def test_perplexity_windows_equal_lm_evals_hf_model(smollm2_hooked, smollm2_bridge):
     text = "The quick brown fox jumps over the lazy dog. " * 6
     request = [Instance("loglikelihood_rolling", {}, (text,), 0)]
-    hf = HFLM(pretrained=ih.model_info(smollm2_hooked).source, dtype="float32", batch_size=4, max_length=24, device="cpu")
+    hf = HFLM(pretrained=ih.model_info(smollm2).source, dtype="float32", batch_size=4, max_length=24, device="cpu")
     expected = hf.loglikelihood_rolling(request)[0]
     for model in (smollm2_hooked, smollm2_bridge):
         lm = lm_eval_model(model, max_length=24, progress=False)
@@ -111,8 +111,8 @@ def test_perplexity_windows_equal_lm_evals_hf_model(smollm2_hooked, smollm2_brid
         assert lm.stats["loglikelihood_rolling"]["n_sequences"] > 2  # several windows really ran
 
 
-def test_generation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks):
-    lm = lm_eval_model(smollm2_hooked, progress=False)
+def test_generation_equals_lm_evals_hf_model(smollm2, hflm, tasks):
+    lm = lm_eval_model(smollm2, progress=False)
     ours = run(lm, tasks, ["nq_open"], limit=2, gen_kwargs=SHORT)
     theirs = run(hflm, tasks, ["nq_open"], limit=2, gen_kwargs=SHORT)
     texts = [s["resps"][0][0] for s in sorted(ours["samples"]["nq_open"], key=lambda s: s["doc_id"])]
@@ -125,12 +125,12 @@ def test_generation_equals_lm_evals_hf_model(smollm2_hooked, hflm, tasks):
     "task, lm_task, fewshot",
     [("mmlu", "mmlu_anatomy", 2), ("piqa", "piqa", 0), ("winogrande", "winogrande", 0)],
 )
-def test_ablation_equals_ih_evaluate(smollm2_hooked, tasks, task, lm_task, fewshot):
+def test_ablation_equals_ih_evaluate(smollm2, tasks, task, lm_task, fewshot):
     n = 6
-    lm = lm_eval_model(smollm2_hooked, ablation="ahon_ln@0.5", progress=False)
+    lm = lm_eval_model(smollm2, ablation="ahon_ln@0.5", progress=False)
     out = run(lm, tasks, [lm_task], num_fewshot=fewshot, limit=n)
     ref = ih.evaluate(
-        smollm2_hooked, task, subjects=["anatomy"] if task == "mmlu" else None, limit=n, num_fewshot=fewshot,
+        smollm2, task, subjects=["anatomy"] if task == "mmlu" else None, limit=n, num_fewshot=fewshot,
         apply_chat_template=False, ablation=ih.DynamicAblation("ahon_ln", 0.5), progress=False,
     )
     assert_same_answers(per_question(out, lm_task), ref.loglikelihoods)
@@ -140,12 +140,12 @@ def test_ablation_equals_ih_evaluate(smollm2_hooked, tasks, task, lm_task, fewsh
     assert out["config"]["inactive_heads"]["realized_fraction"] == pytest.approx(ref.realized_fraction, abs=1e-12)
 
 
-def test_calibrated_threshold_comes_from_the_tasks_own_inputs(smollm2_hooked, tasks):
+def test_calibrated_threshold_comes_from_the_tasks_own_inputs(smollm2, tasks):
     n, p = 6, 0.2
-    lm = lm_eval_model(smollm2_hooked, ablation=f"ahon_ln@p{p}", progress=False)
+    lm = lm_eval_model(smollm2, ablation=f"ahon_ln@p{p}", progress=False)
     out = run(lm, tasks, ["piqa"], limit=n)
-    plan = ih.plan_evaluation(smollm2_hooked, "piqa", limit=n, apply_chat_template=False)
-    pool = ih.record_scores(smollm2_hooked, plan.inputs, ["ahon_ln"], progress=False)["ahon_ln"].flatten()
+    plan = ih.plan_evaluation(smollm2, "piqa", limit=n, apply_chat_template=False)
+    pool = ih.record_scores(smollm2, plan.inputs, ["ahon_ln"], progress=False)["ahon_ln"].flatten()
     # The p-quantile of the pooled scores, by hand: CDF points (i/N, i-th smallest), linear between.
     values = pool.sort().values.double()
     y = torch.arange(1, len(values) + 1, dtype=torch.float64) / len(values)
@@ -154,13 +154,13 @@ def test_calibrated_threshold_comes_from_the_tasks_own_inputs(smollm2_hooked, ta
     calibration = lm.stats["loglikelihood"]["calibration"]
     assert calibration["tau"] == pytest.approx(float(tau), rel=1e-6)
     assert calibration["n_scores"] == len(values)
-    ref = ih.evaluate(smollm2_hooked, plan, ablation=ih.DynamicAblation("ahon_ln", float(tau)), progress=False)
+    ref = ih.evaluate(smollm2, plan, ablation=ih.DynamicAblation("ahon_ln", float(tau)), progress=False)
     assert_same_answers(per_question(out, "piqa"), ref.loglikelihoods)
     assert lm.stats["loglikelihood"]["realized_fraction"] == pytest.approx(ref.realized_fraction, abs=1e-12)
 
 
-def test_generation_holds_the_prompts_decision(smollm2_hooked, tasks):
-    lm = lm_eval_model(smollm2_hooked, ablation="ahon_ln@0.6", progress=False)
+def test_generation_holds_the_prompts_decision(smollm2, tasks):
+    lm = lm_eval_model(smollm2, ablation="ahon_ln@0.6", progress=False)
     out = run(lm, tasks, ["nq_open"], limit=2, gen_kwargs=SHORT)
     samples = sorted(out["samples"]["nq_open"], key=lambda s: s["doc_id"])
     assert 0 < lm.stats["generate_until"]["realized_fraction"] < 1
@@ -170,14 +170,14 @@ def test_generation_holds_the_prompts_decision(smollm2_hooked, tasks):
         # Reference: the decision on the prompt alone (unpadded batch of one), then those heads
         # zeroed as a static set while decoding greedily, one full forward per token.
         decide = ih.DynamicAblation("ahon_ln", 0.6)
-        with decide.apply(smollm2_hooked), torch.inference_mode():
-            smollm2_hooked(torch.tensor([prompt]))
+        with decide.apply(smollm2), torch.inference_mode():
+            smollm2(torch.tensor([prompt]))
         flags = decide.stats.flagged_mask()[0]
         held = ih.StaticAblation([(l, h) for l, h in flags.nonzero().tolist()])
         generated = []
-        with held.apply(smollm2_hooked), torch.inference_mode():
+        with held.apply(smollm2), torch.inference_mode():
             for _ in range(SHORT["max_gen_toks"]):
-                logits = smollm2_hooked(torch.tensor([prompt + generated]))
+                logits = smollm2(torch.tensor([prompt + generated]))
                 generated.append(int(logits[0, -1].argmax()))
                 text = tok.decode(generated)
                 if generated[-1] == tok.eos_token_id or any(c in text for c in ("\n", ".", ",")):
@@ -188,15 +188,15 @@ def test_generation_holds_the_prompts_decision(smollm2_hooked, tasks):
         assert s["resps"][0][0] == expected
 
 
-def test_lm_eval_task_as_a_plan_runs_in_ih_evaluate_like_the_model_type(smollm2_hooked, tasks):
+def test_lm_eval_task_as_a_plan_runs_in_ih_evaluate_like_the_model_type(smollm2, tasks):
     """The sweep adapter: an lm-eval task as an EvalPlan gives the model type's answers and zeroing."""
     from inactive_heads.lmeval.model import plan_lm_eval_task
 
-    plan = plan_lm_eval_task(smollm2_hooked, "lm-eval:arc_easy", limit=6, apply_chat_template=False,
+    plan = plan_lm_eval_task(smollm2, "lm-eval:arc_easy", limit=6, apply_chat_template=False,
                              task_manager=tasks)
-    lm = lm_eval_model(smollm2_hooked, ablation="ahon_ln@0.5", progress=False)
+    lm = lm_eval_model(smollm2, ablation="ahon_ln@0.5", progress=False)
     out = run(lm, tasks, ["arc_easy"], limit=6)
-    res = ih.evaluate(smollm2_hooked, plan, ablation=ih.DynamicAblation("ahon_ln", 0.5), progress=False)
+    res = ih.evaluate(smollm2, plan, ablation=ih.DynamicAblation("ahon_ln", 0.5), progress=False)
     assert_same_answers(res.loglikelihoods, per_question(out, "arc_easy"))
     samples = sorted(out["samples"]["arc_easy"], key=lambda s: s["doc_id"])
     assert [req.gold for req in plan.requests] == [int(s["target"]) for s in samples]
@@ -205,15 +205,15 @@ def test_lm_eval_task_as_a_plan_runs_in_ih_evaluate_like_the_model_type(smollm2_
     assert 0 < res.realized_fraction == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
 
 
-def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2_hooked, tasks, tmp_path):
+def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2, tasks, tmp_path):
     """`sweep --task lm-eval:arc_easy`: calibrated on the task's inputs, as `ablation=ahon_ln@pP` is."""
     config = ih.SweepConfig(model="smollm2-135m", task="lm-eval:arc_easy", limit=5, num_fewshot=0,
                             apply_chat_template=False, scores=["ahon_ln"], quantiles=[0.0, 0.2],
-                            include_random=False, backend=ih.model_info(smollm2_hooked).backend)
-    results = ih.run_sweep(config, tmp_path / "sweep", model=smollm2_hooked, progress=False)
+                            include_random=False, backend=ih.model_info(smollm2).backend)
+    results = ih.run_sweep(config, tmp_path / "sweep", model=smollm2, progress=False)
     baseline, ablated = results.records["baseline"], results.records["ahon_ln@p=0.2"]
-    plain = run(lm_eval_model(smollm2_hooked, progress=False), tasks, ["arc_easy"], limit=5)
-    lm = lm_eval_model(smollm2_hooked, ablation="ahon_ln@p0.2", progress=False)
+    plain = run(lm_eval_model(smollm2, progress=False), tasks, ["arc_easy"], limit=5)
+    lm = lm_eval_model(smollm2, ablation="ahon_ln@p0.2", progress=False)
     zeroed = run(lm, tasks, ["arc_easy"], limit=5)
     assert_same_answers(baseline["loglikelihoods"], per_question(plain, "arc_easy"))
     assert baseline["accuracy"] == plain["results"]["arc_easy"]["acc,none"]
@@ -223,10 +223,10 @@ def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2_hooked, tasks,
     assert ablated["task"] == "lm-eval:arc_easy"
 
 
-def test_model_args_string_builds_the_model_type(smollm2_hooked, monkeypatch):
+def test_model_args_string_builds_the_model_type(smollm2, monkeypatch):
     import inactive_heads.lmeval.model as lmeval
 
-    monkeypatch.setattr(lmeval, "load_model", lambda spec, **kw: smollm2_hooked)
+    monkeypatch.setattr(lmeval, "load_model", lambda spec, **kw: smollm2)
     lm = lm_eval.api.registry.get_model("inactive-heads").create_from_arg_string(
         "pretrained=smollm2-135m,ablation=random@0.25,seed=3,dtype=float32", {"batch_size": 4, "device": "cpu"}
     )

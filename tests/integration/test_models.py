@@ -19,6 +19,7 @@ from reference_scores import reference_scores
 
 import inactive_heads as ih
 from inactive_heads.models.loading import BUILTIN_MODELS, is_installed, load_model, model_info
+from inactive_heads.models.tl_line import has_hooked_transformer
 
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
 SHAPES = {"n_layers": 30, "n_heads": 9, "n_kv_heads": 3, "d_head": 64}
@@ -51,8 +52,8 @@ def max_logit_diff(model, tokens: torch.Tensor, reference: torch.Tensor) -> floa
 
 
 @pytest.fixture(scope="module")
-def smollm2_reference(smollm2_hooked):
-    source = model_info(smollm2_hooked).source
+def smollm2_reference(smollm2):
+    source = model_info(smollm2).source
     tokens = prompt_tokens(source)
     return tokens, hf_reference_logits(source, tokens)
 
@@ -134,27 +135,25 @@ def test_both_backends_agree(smollm2_hooked, smollm2_bridge, smollm2_reference):
         torch.testing.assert_close(hooked[name], bridge[name], atol=1e-5, rtol=1e-4)
 
 
-def test_second_load_reuses_the_conversion(smollm2_hooked, monkeypatch):
+def test_second_load_reuses_the_conversion(smollm2, monkeypatch):
     """Loading again (default backend: auto) reads the cached HF directory and builds the same
-    HookedTransformer; nothing is converted twice (a spy on the conversion's GGUF step)."""
-    from transformer_lens import HookedTransformer
-
+    class of model; nothing is converted twice (a spy on the conversion's GGUF step)."""
     from inactive_heads.models import gguf
 
     def spy(*args, **kwargs):
         raise AssertionError("the GGUF was converted again")
 
     monkeypatch.setattr(gguf, "_assemble_gguf", spy)
-    info = model_info(smollm2_hooked)
+    info = model_info(smollm2)
     marker = Path(info.source) / "CONVERTED.json"
     before = marker.stat().st_mtime_ns
     again = load_model("smollm2-135m", progress=False)
     assert marker.stat().st_mtime_ns == before
-    assert isinstance(again, HookedTransformer)
+    assert type(again) is type(smollm2)
     assert model_info(again).extra["backend_requested"] == "auto"
     assert model_info(again).source == info.source
     assert sum(p.numel() for p in again.parameters()) == sum(
-        p.numel() for p in smollm2_hooked.parameters()
+        p.numel() for p in smollm2.parameters()
     )
 
 
@@ -193,7 +192,8 @@ def test_real_model_default_backend_and_logits(real_model):
     alias, model = real_model
     info = model_info(model)
     assert {k: getattr(info, k) for k in REAL[alias]["shape"]} == REAL[alias]["shape"]
-    assert info.backend == REAL[alias]["backend"]
+    # TransformerLens 4 has no HookedTransformer: every model is a bridge there.
+    assert info.backend == (REAL[alias]["backend"] if has_hooked_transformer() else "bridge")
     assert info.prepend_bos == alias.startswith("gemma")  # lm-eval 0.4.5 forces BOS for Gemma only
     tokens = prompt_tokens(info.source)
     diff = max_logit_diff(model, tokens, hf_reference_logits(info.source, tokens))

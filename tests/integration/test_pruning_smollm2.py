@@ -23,20 +23,20 @@ CALIBRATION = range(200, 240)
 
 
 @pytest.fixture(scope="module")
-def head_set(smollm2_hooked):
-    plan = ih.plan_evaluation(smollm2_hooked, "piqa", limit=CALIBRATION.stop)
+def head_set(smollm2):
+    plan = ih.plan_evaluation(smollm2, "piqa", limit=CALIBRATION.stop)
     cal = [i for i, targets in enumerate(plan.inputs) if plan.targets[i][0][0] in CALIBRATION]
-    scores = ih.record_scores(smollm2_hooked, [plan.inputs[i] for i in cal], ["ahon_ln"], progress=False)
+    scores = ih.record_scores(smollm2, [plan.inputs[i] for i in cal], ["ahon_ln"], progress=False)
     return ih.static_heads(scores, "ahon_ln", 0.3)
 
 
 @pytest.fixture(scope="module")
-def pruned_dir(smollm2_hooked, head_set, tmp_path_factory):
-    return ih.export_pruned(smollm2_hooked, head_set, tmp_path_factory.mktemp("smollm2") / "pruned", mode="pruned")
+def pruned_dir(smollm2, head_set, tmp_path_factory):
+    return ih.export_pruned(smollm2, head_set, tmp_path_factory.mktemp("smollm2") / "pruned", mode="pruned")
 
 
 @pytest.mark.slow
-def test_lm_eval_hf_backend_on_the_pruned_export_equals_static_ablation(smollm2_hooked, head_set, pruned_dir,
+def test_lm_eval_hf_backend_on_the_pruned_export_equals_static_ablation(smollm2, head_set, pruned_dir,
                                                                         tmp_path_factory):
     assert len(head_set) == 81  # 30 % of 30 x 9
     tasks = TaskManager(include_path=str(offline_tasks_dir(tmp_path_factory.mktemp("tasks"))), include_defaults=False)
@@ -47,25 +47,25 @@ def test_lm_eval_hf_backend_on_the_pruned_export_equals_static_ablation(smollm2_
                                       num_fewshot=0, limit=n)
         samples = sorted(out["samples"][lm_task], key=lambda s: s["doc_id"])
         theirs = [[resp[0] for resp in s["filtered_resps"]] for s in samples]
-        ours = ih.evaluate(smollm2_hooked, task, subjects=subjects, limit=n, num_fewshot=0, apply_chat_template=False,
+        ours = ih.evaluate(smollm2, task, subjects=subjects, limit=n, num_fewshot=0, apply_chat_template=False,
                            ablation=ih.StaticAblation(head_set), progress=False).loglikelihoods
         assert len(ours) == len(theirs) == n
         for a, b in zip(ours, theirs):
             assert max(range(len(a)), key=a.__getitem__) == max(range(len(b)), key=b.__getitem__)
             assert max(abs(x - y) for x, y in zip(a, b)) <= LL_TOL
-    dense = sum(p.numel() for p in HFLM(pretrained=ih.model_info(smollm2_hooked).source, dtype="float32",
+    dense = sum(p.numel() for p in HFLM(pretrained=ih.model_info(smollm2).source, dtype="float32",
                                         device="cpu").model.parameters())
     pruned = sum(p.numel() for p in hflm.model.parameters())
-    assert dense - pruned == ih.savings(smollm2_hooked, head_set).params_removed > 0
+    assert dense - pruned == ih.savings(smollm2, head_set).params_removed > 0
 
 
-def test_from_pretrained_offline_runs_the_pruned_export(smollm2_hooked, head_set, pruned_dir):
+def test_from_pretrained_offline_runs_the_pruned_export(smollm2, head_set, pruned_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(pruned_dir, trust_remote_code=True, dtype=torch.float32,
                                                  local_files_only=True)
-    tokens = torch.tensor([smollm2_hooked.tokenizer.encode("The cat sat on the mat because it was warm.")])
-    with torch.no_grad(), ih.StaticAblation(head_set).apply(smollm2_hooked):
-        expected = smollm2_hooked(tokens)
+    tokens = torch.tensor([smollm2.tokenizer.encode("The cat sat on the mat because it was warm.")])
+    with torch.no_grad(), ih.StaticAblation(head_set).apply(smollm2):
+        expected = smollm2(tokens)
     with torch.no_grad():
         assert (model(tokens).logits - expected).abs().max() <= LL_TOL

@@ -20,18 +20,18 @@ REFERENCE_KEYS = [k for k in (*ih.PAPER_SCORES, *APPENDIX_SCORES) if k != "rando
 
 
 @pytest.fixture(scope="module")
-def sequences(smollm2_hooked):
-    return [smollm2_hooked.tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+def sequences(smollm2):
+    return [smollm2.tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
 
 
 @pytest.fixture(scope="module")
-def reference(smollm2_hooked, sequences):
-    return reference_scores(smollm2_hooked, sequences)
+def reference(smollm2, sequences):
+    return reference_scores(smollm2, sequences)
 
 
-@pytest.fixture(scope="module", params=["hooked", "bridge"])
-def model(request, smollm2_hooked, smollm2_bridge):
-    return smollm2_hooked if request.param == "hooked" else smollm2_bridge
+@pytest.fixture(scope="module", params=[pytest.param("hooked", marks=pytest.mark.hooked), "bridge"])
+def model(request):
+    return request.getfixturevalue(f"smollm2_{request.param}")
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,9 @@ def stable(records):
 
 
 @pytest.fixture(scope="module")
-def complete(smollm2_hooked, tmp_path_factory):
+def complete(smollm2, tmp_path_factory):
     out = tmp_path_factory.mktemp("complete")
-    return run_sweep(small_config(), out, model=smollm2_hooked, progress=False)
+    return run_sweep(small_config(), out, model=smollm2, progress=False)
 
 
 def test_complete_sweep_has_every_run(complete):
@@ -59,33 +59,33 @@ def test_complete_sweep_has_every_run(complete):
     assert list(table["score"]).count("ahon_ln") == 1
 
 
-def test_reused_p0_records_equal_a_real_evaluation(complete, smollm2_hooked):
+def test_reused_p0_records_equal_a_real_evaluation(complete, smollm2):
     """p = 0 is not evaluated in the sweep; evaluating it for real gives the same record."""
-    plan = evaluate_module.plan_evaluation(smollm2_hooked, "mmlu", subjects=["abstract_algebra", "anatomy"],
+    plan = evaluate_module.plan_evaluation(smollm2, "mmlu", subjects=["abstract_algebra", "anatomy"],
                                            limit=3, num_fewshot=0)
     for key in ("ahon_ln", "awft", "random"):
         rec = complete.records[f"{key}@p=0.0"]
-        real = evaluate_module.evaluate(smollm2_hooked, plan, ablation=rec["ablation"], batch_size=4,
+        real = evaluate_module.evaluate(smollm2, plan, ablation=rec["ablation"], batch_size=4,
                                         progress=False)
         assert real.realized_fraction == 0.0 and real.realized_fraction_per_layer == [0.0] * 30
         assert real.loglikelihoods == rec["loglikelihoods"]  # bit for bit
         assert real.correct == rec["correct"] and real.accuracy == rec["accuracy"]
 
 
-def test_scores_come_from_the_baseline_pass(complete, smollm2_hooked):
+def test_scores_come_from_the_baseline_pass(complete, smollm2):
     """One unablated pass: the scores it records equal a separate record_scores pass."""
     from inactive_heads.scoring.recording import record_scores
 
-    plan = evaluate_module.plan_evaluation(smollm2_hooked, "mmlu", subjects=["abstract_algebra", "anatomy"],
+    plan = evaluate_module.plan_evaluation(smollm2, "mmlu", subjects=["abstract_algebra", "anatomy"],
                                            limit=3, num_fewshot=0)
-    separate = record_scores(smollm2_hooked, plan.inputs, ["ahon_ln", "awft"], batch_size=4, progress=False)
+    separate = record_scores(smollm2, plan.inputs, ["ahon_ln", "awft"], batch_size=4, progress=False)
     stored = complete.head_scores()
     assert complete.scores_path.name == "scores.safetensors"
     for key in ("ahon_ln", "awft"):
         assert torch.equal(stored[key], separate[key])
 
 
-def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked, complete, tmp_path, monkeypatch):
+def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2, complete, tmp_path, monkeypatch):
     real = evaluate_module.evaluate
     calls = []
 
@@ -97,7 +97,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked,
 
     monkeypatch.setattr(evaluate_module, "evaluate", interrupt_after_three)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(small_config(), tmp_path, model=smollm2_hooked, progress=False)
+        run_sweep(small_config(), tmp_path, model=smollm2, progress=False)
     # the unablated pass (baseline + scores) ran once, first; the three p = 0 runs reuse it
     assert calls[0] is None and all(c is not None and c.threshold > 0 for c in calls[1:])
     finished = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
@@ -113,7 +113,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_runs(smollm2_hooked,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluate_module, "evaluate", counting)
-    resumed = run_sweep(small_config(), tmp_path, model=smollm2_hooked, progress=False)
+    resumed = run_sweep(small_config(), tmp_path, model=smollm2, progress=False)
     assert len(resumed_calls) == 1  # only the run that was interrupted
     for name, mtime in mtimes.items():  # finished runs were not rewritten
         assert (tmp_path / "runs" / name).stat().st_mtime_ns == mtime
@@ -139,9 +139,9 @@ def test_results_as_dataframes(complete):
         questions["loglikelihoods"].tolist()
 
 
-def test_a_different_sweep_in_the_same_folder_is_refused(complete, smollm2_hooked):
+def test_a_different_sweep_in_the_same_folder_is_refused(complete, smollm2):
     with pytest.raises(ValueError, match="holds a different sweep \\(differs in limit\\)"):
-        run_sweep(small_config(limit=4), complete.path, model=smollm2_hooked, progress=False)
+        run_sweep(small_config(limit=4), complete.path, model=smollm2, progress=False)
 
 
 def test_config_round_trips_and_validates():
@@ -211,12 +211,12 @@ def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
         assert json.loads(lock.path.read_text())["pid"] == os.getpid()
 
 
-def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2_hooked, tmp_path):
+def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2, tmp_path):
     """The same sweep with each subject's 2-shot prefix reused: identical answers and realized
     fractions per layer in every run, thresholds and log-likelihoods within float rounding."""
     options = dict(num_fewshot=2, quantiles=[0.0, 0.3], include_random=False, scores=["ahon_ln"])
-    full = run_sweep(small_config(**options), tmp_path / "full", model=smollm2_hooked, progress=False)
-    reused = run_sweep(small_config(reuse_prefix=True, **options), tmp_path / "reused", model=smollm2_hooked,
+    full = run_sweep(small_config(**options), tmp_path / "full", model=smollm2, progress=False)
+    reused = run_sweep(small_config(reuse_prefix=True, **options), tmp_path / "reused", model=smollm2,
                        progress=False)
     assert set(full.records) == set(reused.records)
     for rid, a in full.records.items():
@@ -231,7 +231,7 @@ def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2_hooked, tmp_path)
             assert reused.thresholds[key].at(q) == pytest.approx(full.thresholds[key].at(q), rel=1e-5, abs=1e-6)
 
 
-def test_a_resume_may_change_the_batch_size(complete, smollm2_hooked, tmp_path):
+def test_a_resume_may_change_the_batch_size(complete, smollm2, tmp_path):
     """The batch size is not part of a sweep's identity: runs left over are evaluated at another
     batch size and their records equal those of the complete sweep (batch size 4): answers and
     realized fractions exactly, log-likelihoods within fp32 rounding (here, measured: to the bit)."""
@@ -242,7 +242,7 @@ def test_a_resume_may_change_the_batch_size(complete, smollm2_hooked, tmp_path):
     redo = ("ahon_ln@p=0.3", "random@p=0.3")
     for rid in redo:
         (folder / "runs" / f"{rid}.json").unlink()
-    resumed = run_sweep(small_config(batch_size=3), folder, model=smollm2_hooked, progress=False)
+    resumed = run_sweep(small_config(batch_size=3), folder, model=smollm2, progress=False)
     assert json.loads((folder / "sweep.json").read_text())["batch_size"] == 3
     for rid, rec in resumed.records.items():
         assert rec["batch_size"] == (3 if rid in redo else 4), rid

@@ -21,23 +21,23 @@ def config(decision):
 
 
 @pytest.fixture(scope="module", params=["per_step", "prompt"])
-def sweep(request, smollm2_hooked, tmp_path_factory):
+def sweep(request, smollm2, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"gsm8k-{request.param}")
-    return request.param, run_sweep(config(request.param), out, model=smollm2_hooked, progress=False)
+    return request.param, run_sweep(config(request.param), out, model=smollm2, progress=False)
 
 
-def test_thresholds_come_from_the_prompts_scores(sweep, smollm2_hooked):
+def test_thresholds_come_from_the_prompts_scores(sweep, smollm2):
     _, results = sweep
-    requests = build_gsm8k_requests(smollm2_hooked.tokenizer, limit=LIMIT, num_fewshot=SHOTS,
+    requests = build_gsm8k_requests(smollm2.tokenizer, limit=LIMIT, num_fewshot=SHOTS,
                                     apply_chat_template=True)  # SmolLM2-Instruct: chat, as the sweep
     prompts = [list(r.context_ids) for r in requests]
-    scores = ih.record_scores(smollm2_hooked, prompts, ["ahon_ln"], progress=False)["ahon_ln"]
+    scores = ih.record_scores(smollm2, prompts, ["ahon_ln"], progress=False)["ahon_ln"]
     tau = results.thresholds["ahon_ln"]
     assert tau.n_scores == LIMIT * 30 * 9  # the prompts' scores alone: 2 prompts x 30 layers x 9 heads
     assert tau.at(0.0) == pytest.approx(float(scores.min()), abs=1e-6)  # p = 0 is the pooled minimum
 
 
-def test_every_run_equals_evaluate_with_the_same_ablation_and_mode(sweep, smollm2_hooked):
+def test_every_run_equals_evaluate_with_the_same_ablation_and_mode(sweep, smollm2):
     decision, results = sweep
     assert results.is_complete and results.config.decision == decision
     assert "reused_from" not in results.records["ahon_ln@p=0.0"]  # generation runs always run
@@ -45,7 +45,7 @@ def test_every_run_equals_evaluate_with_the_same_ablation_and_mode(sweep, smollm
         rec = results.records[rid]
         assert rec["decision"] == decision and rec["n"] == LIMIT
         ablation = None if rec["score"] is None else ih.DynamicAblation("ahon_ln", rec["threshold"])
-        direct = ih.evaluate(smollm2_hooked, "gsm8k", ablation=ablation, decision=decision, limit=LIMIT,
+        direct = ih.evaluate(smollm2, "gsm8k", ablation=ablation, decision=decision, limit=LIMIT,
                              num_fewshot=SHOTS, max_gen_toks=NEW, batch_size=3, progress=False)
         assert rec["generations"] == direct.generations
         assert rec["correct"] == direct.correct and rec["correct_flexible"] == direct.correct_flexible
@@ -64,13 +64,13 @@ def test_the_table_and_the_questions(sweep):
     assert questions["gold"].str.contains("####").all()  # GSM8K's worked solutions
 
 
-def test_a_finished_sweep_resumes_without_generating(sweep, smollm2_hooked, monkeypatch):
+def test_a_finished_sweep_resumes_without_generating(sweep, smollm2, monkeypatch):
     decision, results = sweep
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run generated again")
 
     monkeypatch.setattr(generation_module, "generate", refuse)
-    again = run_sweep(config(decision), results.path, model=smollm2_hooked, progress=False)
+    again = run_sweep(config(decision), results.path, model=smollm2, progress=False)
     assert again.records.keys() == results.records.keys()
 

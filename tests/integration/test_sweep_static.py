@@ -15,11 +15,11 @@ LIMIT, CALIBRATION = 8, [100, 110]
 
 
 @pytest.fixture(scope="module")
-def results(smollm2_hooked, tmp_path_factory):
+def results(smollm2, tmp_path_factory):
     config = SweepConfig(model="smollm2-135m", task="piqa", limit=LIMIT, scores=["ahon_ln", "awft"],
                          quantiles=[0.0, 0.1], batch_size=8, include_random=False, static_rule="flag_rate",
                          static_calibration=CALIBRATION)
-    return run_sweep(config, tmp_path_factory.mktemp("static"), model=smollm2_hooked, progress=False)
+    return run_sweep(config, tmp_path_factory.mktemp("static"), model=smollm2, progress=False)
 
 
 def test_static_runs_zero_their_set_of_27_heads(results):
@@ -39,13 +39,13 @@ def test_static_runs_zero_their_set_of_27_heads(results):
     assert "ahon_ln@static@p=0.0" not in results.records  # p = 0 is no set
 
 
-def test_the_sets_are_chosen_on_the_calibration_questions_only(results, smollm2_hooked):
+def test_the_sets_are_chosen_on_the_calibration_questions_only(results, smollm2):
     stored = ih.HeadScores.load(results.path / "static_scores.safetensors")
     assert stored.n_sequences == 2 * (CALIBRATION[1] - CALIBRATION[0])  # PIQA: one sequence per choice
     # The inputs of questions 100..109 by their doc ids, scored anew: the same values.
-    plan = ih.plan_evaluation(smollm2_hooked, "piqa", limit=CALIBRATION[1])
+    plan = ih.plan_evaluation(smollm2, "piqa", limit=CALIBRATION[1])
     inputs = [x for x, t in zip(plan.inputs, plan.targets) if plan.requests[t[0][0]].doc_id >= CALIBRATION[0]]
-    mine = ih.record_scores(smollm2_hooked, inputs, ["awft"], progress=False)["awft"]
+    mine = ih.record_scores(smollm2, inputs, ["awft"], progress=False)["awft"]
     assert torch.allclose(torch.sort(mine.flatten()).values, torch.sort(stored["awft"].flatten()).values, atol=1e-5)
     sets = json.loads((results.path / "static_heads.json").read_text())
     assert ih.HeadSet.from_dict(sets["awft@static@p=0.1"]).heads == tuple(

@@ -26,8 +26,8 @@ def with_context(model, n_ctx: int):
 
 
 @pytest.mark.slow
-def test_long_prompts_are_left_truncated_and_scored_like_lm_eval(smollm2_hooked):
-    model = smollm2_hooked
+def test_long_prompts_are_left_truncated_and_scored_like_lm_eval(smollm2):
+    model = smollm2
     full = plan_evaluation(model, "mmlu", subjects=SUBJECTS, limit=LIMIT, num_fewshot=SHOTS)
     lengths = sorted(len(x) for x in full.inputs)
     assert full.n_truncated == 0
@@ -64,6 +64,6 @@ def test_long_prompts_are_left_truncated_and_scored_like_lm_eval(smollm2_hooked)
         assert got == pytest.approx(want, abs=2e-4)
 
 
-def test_an_answer_longer_than_the_context_is_a_one_line_error(smollm2_hooked):
+def test_an_answer_longer_than_the_context_is_a_one_line_error(smollm2):
     with pytest.raises(ValueError, match=r"answer, longer than the model context 0; load the model with a larger n_ctx"):
-        plan_evaluation(with_context(smollm2_hooked, 0), "mmlu", subjects=SUBJECTS, limit=1)
+        plan_evaluation(with_context(smollm2, 0), "mmlu", subjects=SUBJECTS, limit=1)
