@@ -29,6 +29,8 @@ import sys
 import time
 import warnings
 
+from inactive_heads.core.versions import library_versions
+
 
 def hf_reference(hf_model, plan, batch_size):
     """lm-eval 0.4.5 HF-backend arithmetic on the plan's batches; (log-likelihoods, seconds)."""
@@ -125,8 +127,9 @@ def main():
     sweep_none, sweep_reuse = out["sweep_none"], out["sweep_reuse"]
     identical = all(a.correct == b.correct and a.realized_fraction_per_layer == b.realized_fraction_per_layer
                     for a, b in zip(sweep_none, sweep_reuse))
-    computed = sum(r.prefix_reuse["prefix_layers_computed"] for r in sweep_reuse)
-    needed = sum(r.prefix_reuse["prefix_layers_needed"] for r in sweep_reuse)
+    # Reuse runs on HookedTransformer only: on a bridge (TransformerLens 4) nothing is reused.
+    computed = sum(r.prefix_reuse.get("prefix_layers_computed", 0) for r in sweep_reuse)
+    needed = sum(r.prefix_reuse.get("prefix_layers_needed", 0) for r in sweep_reuse)
     print(f"\n{args.model}: MMLU {', '.join(args.subjects)} (limit {args.limit}/subject), n={plain_n}, "
           f"batch size {args.batch_size}, {args.threads} threads, best of {args.rounds} interleaved rounds")
     print(f"{'variant':16s} {'seconds':>8s} {'q/s':>7s} {'x hf q/s':>9s}")
@@ -134,7 +137,9 @@ def main():
         ratio = f"{qps[name] / qps['hf']:9.2f}" if name in qps else f"{'':9s}"
         print(f"{name:16s} {s:8.2f} {n / s if name in qps else float('nan'):7.2f} {ratio}")
     print(json.dumps({
+        **library_versions(),
         "model": args.model,
+        "model_class": type(model).__name__,
         "n_questions": plain_n,
         "batch_size": args.batch_size,
         "threads": args.threads,
@@ -154,8 +159,8 @@ def main():
         # speed-up of the sweep from prefix reuse: wall without / wall with (goal: >= 2)
         "ratio_wall_sweep_reuse_vs_none": round(best["sweep_none"] / best["sweep_reuse"], 3),
         "wall_sweep_s": {"none": round(best["sweep_none"], 2), "reuse": round(best["sweep_reuse"], 2)},
-        "prefix_reuse_hit_rate": round(1 - computed / needed, 3),
-        "prefix_reuse_branches": sum(r.prefix_reuse["branches"] for r in sweep_reuse),
+        "prefix_reuse_hit_rate": round(1 - computed / needed, 3) if needed else None,
+        "prefix_reuse_branches": sum(r.prefix_reuse.get("branches", 0) for r in sweep_reuse),
         "sweep_records_identical": identical,
         "sweep_max_abs_dll_reuse_vs_none": max(max_abs_diff(a.loglikelihoods, b.loglikelihoods)
                                                for a, b in zip(sweep_none, sweep_reuse)),

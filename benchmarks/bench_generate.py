@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from inactive_heads.core.versions import library_versions
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -104,7 +106,7 @@ def main():
         "per_step_reuse_equals_per_step": runs["per_step_reuse"][0].tokens == per_step.tokens,
         "prompt_cached_equals_uncached": runs["prompt_cached"][0].tokens == runs["prompt_uncached"][0].tokens,
     }
-    print(json.dumps(result))
+    print(json.dumps({**library_versions(), **result}))
 
 
 if __name__ == "__main__":

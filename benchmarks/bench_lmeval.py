@@ -24,6 +24,8 @@ import sys
 import time
 import warnings
 
+from inactive_heads.core.versions import library_versions
+
 
 def arc_easy_requests(tokenizer_lm, limit: int, folder: str):
     """ARC-Easy's lm-eval requests (zero-shot) and, per question, its gold answer and request indices."""
@@ -112,7 +114,7 @@ def main():
         abs(a[0] - b[0]) for a, b in zip(results["inactive_heads"], results["hf"]))
     out["answers_equal"] = picked["inactive_heads"] == picked["hf"]
     out["ratio_qps_lmeval_vs_hf"] = round(best["hf"] / best["inactive_heads"], 3)
-    print(json.dumps(out))
+    print(json.dumps({**library_versions(), **out}))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_eval import hf_reference, max_abs_diff  # noqa: E402  (lm-eval's HF-backend arithmetic, one place)
 
+from inactive_heads.core.versions import library_versions
+
 
 def profile(model, tokens, label: str) -> None:
     import torch
@@ -118,6 +120,7 @@ def main():
         profile(dense, tokens, "dense")
         profile(pruned, tokens, "pruned")
     print(json.dumps({
+        **library_versions(),
         "model": args.model,
         "fraction": args.fraction,
         "heads_removed": len(heads),

@@ -55,6 +55,8 @@ import subprocess
 import sys
 import time
 
+from inactive_heads.core.versions import library_versions
+
 VARIANTS = ("forward", "record", "cache")
 LONG_VARIANTS = ("forward", "body", "record")
 TARGETS = {  # name: (heads, d_model, parameters)
@@ -274,7 +276,7 @@ def main():
         print(json.dumps(long_worker(args)))
         return
     if args.skip_short:
-        print(json.dumps(run_long(args)))
+        print(json.dumps({**library_versions(), **run_long(args)}))
         return
 
     best: dict[str, dict] = {}
@@ -314,7 +316,7 @@ def main():
     }
     if not args.skip_long:
         summary.update(run_long(args))
-    print(json.dumps(summary))
+    print(json.dumps({**library_versions(), **summary}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import os
 import tempfile
 import time
 
+from inactive_heads.core.versions import library_versions
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -62,6 +64,7 @@ def main() -> None:
     identical = stable(records["local"]) == stable(records["ray1"]) == stable(records["ray2"])
     n_runs = len(records["local"])
     print(json.dumps({
+        **library_versions(),
         "bench": "bench_sweep", "model": args.model, "questions": records["local"]["baseline"]["n"],
         "runs": n_runs, "threads_per_worker": 1, "cpu_count": os.cpu_count(),
         "wall_s_local": round(walls["local"], 2), "wall_s_ray1": round(walls["ray1"], 2),

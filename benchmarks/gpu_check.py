@@ -33,6 +33,8 @@ import resource
 import sys
 import time
 
+from inactive_heads.core.versions import library_versions
+
 P = 0.10
 AGREEMENT_SCORES = ("ahon_ln", "awft")
 
@@ -207,7 +209,7 @@ def main(argv=None) -> int:
                 summary[f"accuracy_ablated_{name}"] = f["accuracy_ablated"]
                 summary[f"realized_fraction_{name}"] = f["realized_fraction"]
             summary["second_run"] = second["figures"]
-    print(json.dumps(summary))
+    print(json.dumps({**library_versions(), **summary}))
     return 0
 
 

@@ -19,6 +19,8 @@ import json
 import time
 import warnings
 
+from inactive_heads.core.versions import library_versions
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -70,6 +72,7 @@ def main():
           f"(0-{args.n - 1}); calibration questions {first}-{end - 1}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(json.dumps({
+        **library_versions(),
         "model": args.model,
         "task": "piqa",
         "n_held_out": baseline.n,

@@ -19,18 +19,10 @@ from ..core.io import atomic_path
 from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
 from ..core.errors import MissingFileError, UnknownNameError, UserError
+from ..core.versions import toolkit_version  # noqa: F401  (re-exported: results record it)
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
 SAFETENSORS_FORMAT = "inactive-heads.HeadScores/2"
-
-
-def toolkit_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("inactive-heads")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass
