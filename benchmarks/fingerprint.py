@@ -6,7 +6,8 @@ Run it before and after a change (same machine, same libraries) and compare the 
     .venv/bin/python benchmarks/fingerprint.py --out after.json         # at the new one
     .venv/bin/python benchmarks/fingerprint.py --compare before.json after.json
 
-Each group is a SHA-256 of the exact bytes of its numbers (float32/float64 as stored, token ids as
+Both runs must use the same thread count (``--threads``, default 1): float sums in another order
+give other bits. Each group is a SHA-256 of the exact bytes of its numbers (float32/float64 as stored, token ids as
 int64), so two files agree only where every bit agrees; ``--compare`` lists the groups that
 differ. The groups: the 13 scores and their thresholds at p = 0.1 and 0.3 on MMLU prompts; MMLU
 (2 subjects) plain, AHON (LN), AWFT and Random, each with and without prefix reuse (log-likelihoods,
@@ -40,11 +41,12 @@ def digest(*arrays) -> str:
     return h.hexdigest()[:20]
 
 
-def fingerprint(model_name: str) -> dict[str, str]:
+def fingerprint(model_name: str, threads: int) -> dict[str, str]:
     import torch
 
     import inactive_heads as ih
 
+    torch.set_num_threads(threads)  # another thread count sums in another order: other bits
     torch.manual_seed(0)
     model = ih.load_model(model_name, progress=False)
     out: dict[str, str] = {}
@@ -91,6 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", help="write the fingerprint here (JSON)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (compare runs with the same)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two fingerprints")
     args = parser.parse_args()
     if args.compare:
@@ -101,8 +104,8 @@ def main() -> int:
         print(json.dumps({"groups": len(before), "differ": len(differ), "bit_identical": not differ}))
         return 1 if differ else 0
     warnings.filterwarnings("ignore")
-    groups = fingerprint(args.model)
-    result = {**library_versions(), "model": args.model, "groups": groups}
+    groups = fingerprint(args.model, args.threads)
+    result = {**library_versions(), "model": args.model, "threads": args.threads, "groups": groups}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
