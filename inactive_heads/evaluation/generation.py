@@ -588,7 +588,7 @@ def evaluate_generation(
             "model": info.name, "task": task, "limit": limit, "num_fewshot": num_fewshot,
             "apply_chat_template": chat, "prepend_bos": info.prepend_bos, "max_gen_toks": max_new,
             "decision": decision, "use_cache": use_cache, "reuse_prefix": reuse_prefix, "batch_size": batch_size,
-            "ablation": abl.spec.to_dict() if abl is not None else None, "dtype": info.dtype,
+            "ablation": abl.describe() if abl is not None else None, "dtype": info.dtype,
             "backend": info.backend, "toolkit_version": toolkit_version(),
         },
     )

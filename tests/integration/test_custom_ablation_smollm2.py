@@ -45,6 +45,16 @@ def test_custom_and_overridden_ablations_run_through_evaluate(smollm2, piqa):
     assert kept.config["ablation"]["name"].startswith("KeepLayer0(ahon_ln:")
 
 
+@pytest.mark.parametrize("decision", ["per_step", "prompt"])
+def test_a_custom_ablation_runs_through_gsm8k(smollm2, decision):
+    # The record describes the custom class (a custom ablation has no built-in spec to write).
+    run = ih.evaluate(smollm2, "gsm8k", limit=1, max_gen_toks=3, decision=decision, ablation=TwoQuietest(),
+                      progress=False)
+    assert run.n == 1 and run.n_generated_tokens == 3
+    assert run.realized_fraction == 2 / 9
+    assert run.config["ablation"]["kind"] == "custom" and run.config["ablation"]["name"] == "TwoQuietest"
+
+
 @pytest.mark.slow
 def test_lm_eval_model_keeps_the_instance(smollm2, piqa):
     quiet = TwoQuietest()
