@@ -45,7 +45,7 @@ def test_dynamic_ablation_zeroes_and_reports_the_realized_fraction(smollm2, plan
 
 def test_static_ablation_agrees_across_backends(smollm2_hooked, smollm2_bridge, plan):
     heads = [(l, h) for l in range(0, 30, 3) for h in (0, 4, 8)]
-    hooked = ih.evaluate(smollm2, plan, ablation=ih.StaticAblation(heads), progress=False)
+    hooked = ih.evaluate(smollm2_hooked, plan, ablation=ih.StaticAblation(heads), progress=False)
     bridge_plan = ih.plan_evaluation(smollm2_bridge, "mmlu", subjects=SUBJECTS, limit=4, num_fewshot=1)
     assert bridge_plan.inputs == plan.inputs
     bridge = ih.evaluate(smollm2_bridge, bridge_plan, ablation=ih.StaticAblation(heads), progress=False)
@@ -55,7 +55,7 @@ def test_static_ablation_agrees_across_backends(smollm2_hooked, smollm2_bridge, 
 
 
 def test_zeroing_every_head_leaves_no_attention_output_on_the_real_model(smollm2_hooked, smollm2_bridge):
-    tokens = torch.tensor([smollm2.tokenizer("Paris is the capital of", add_special_tokens=False)["input_ids"]])
+    tokens = torch.tensor([smollm2_hooked.tokenizer("Paris is the capital of", add_special_tokens=False)["input_ids"]])
     every = ih.StaticAblation([(l, h) for l in range(30) for h in range(9)])
     for model in (smollm2_hooked, smollm2_bridge):
         with every.apply(model):

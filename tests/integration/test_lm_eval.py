@@ -103,7 +103,7 @@ def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2, hflm, 
 def test_perplexity_windows_equal_lm_evals_hf_model(smollm2_hooked, smollm2_bridge):
     text = "The quick brown fox jumps over the lazy dog. " * 6
     request = [Instance("loglikelihood_rolling", {}, (text,), 0)]
-    hf = HFLM(pretrained=ih.model_info(smollm2).source, dtype="float32", batch_size=4, max_length=24, device="cpu")
+    hf = HFLM(pretrained=ih.model_info(smollm2_hooked).source, dtype="float32", batch_size=4, max_length=24, device="cpu")
     expected = hf.loglikelihood_rolling(request)[0]
     for model in (smollm2_hooked, smollm2_bridge):
         lm = lm_eval_model(model, max_length=24, progress=False)

@@ -214,7 +214,8 @@ def test_real_model_scores_equal_the_slow_reference(real_model):
     for key in reference:
         torch.testing.assert_close(alone[key], reference[key], rtol=1e-5, atol=1e-5, msg=key)
         # On the padded batch the toolkit's exact form equals TransformerLens's own attention...
-        torch.testing.assert_close(padded[key], padded_eager[key], rtol=1e-6, atol=1e-6, msg=key)
+        # (float rounding: 1.4e-6 on one of Qwen's 672 AWFT values on the CI machine of 2026-12)
+        torch.testing.assert_close(padded[key], padded_eager[key], rtol=1e-5, atol=1e-5, msg=key)
         # ...and both differ from the one-sequence reference by the float rounding of the model's
         # forward at another matmul shape: up to 4e-5 on Qwen2.5's layer 0 (measured with
         # TransformerLens's eager attention too); the tiny models of test_families hold 1e-5.

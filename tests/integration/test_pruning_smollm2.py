@@ -18,7 +18,10 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 import inactive_heads as ih  # noqa: E402
 from inactive_heads.lmeval.model import offline_tasks_dir  # noqa: E402
 
-LL_TOL = 1e-4
+# A choice's log-likelihood sums 10-40 token log-probs, from lm-eval's HF model (SDPA) on one side and
+# HookedTransformer on the other: float rounding adds up. Measured 4.1e-4 on the CI machine of
+# 2026-12 (and at the commit before, with the same libraries); the answers must still be equal.
+LL_TOL = 1e-3
 CALIBRATION = range(200, 240)
 
 
