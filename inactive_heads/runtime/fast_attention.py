@@ -1,5 +1,8 @@
 """Faster attention for a ``HookedTransformer``, installed per model and only inside a ``with`` block.
 
+(A TransformerLens 4 ``TransformerBridge`` gets the same forms, inside the same block, from
+:mod:`inactive_heads.runtime.bridge_attention`; what follows describes the ``HookedTransformer``.)
+
 TransformerLens computes every layer's attention the slow, fully observable way: the full
 ``[batch, head, query, key]`` score tensor is divided by √d, masked with ``torch.where`` against a
 causal-and-padding mask rebuilt at every layer, soft-maxed, NaN-cleaned and multiplied by values
@@ -52,6 +55,8 @@ from torch import Tensor
 from ..core.errors import UserError
 from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
+from .bridge_attention import bridge_forward
+from .bridge_attention import unsupported_reason as bridge_unsupported_reason
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
 from .hook_registry import read_only  # noqa: F401  (the mark the toolkit's hooks carry; re-exported)
@@ -129,9 +134,20 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+def _unsupported(model) -> str | None:
+    """Why neither forward of :func:`fast_attention` runs on ``model``: a ``TransformerBridge``
+    against :func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`, anything else
+    against :func:`unsupported_reason`."""
+    if is_bridge(model):
+        return bridge_unsupported_reason(model)
+    return unsupported_reason(model)
+
+
 def supports_fast_attention(model) -> bool:
-    """True when :func:`fast_attention` runs its own forward on ``model`` (see :func:`unsupported_reason`)."""
-    return unsupported_reason(model) is None
+    """True when :func:`fast_attention` runs its own forward on ``model``: a ``HookedTransformer``
+    (see :func:`unsupported_reason`) or a ``TransformerBridge``
+    (:func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`)."""
+    return _unsupported(model) is None
 
 
 _WARNED: "WeakKeyDictionary[object, set[str]]" = WeakKeyDictionary()
@@ -389,9 +405,11 @@ def _corner(t: Tensor | None) -> Tensor | None:
 
 class _Check:
     """First-use check of one model in one form: each layer's attention (and patched MLP) output,
-    the first time it runs, against TransformerLens's own forward on the same inputs (the batch's
-    first rows and positions, :func:`_corner`), with no hook
-    firing in either. The numbers the run then uses are computed afresh, as if no check had run."""
+    the first time it runs, against TransformerLens's own forward (a bridge's: its own) on the same
+    inputs (the batch's first ``rows`` rows and ``positions`` positions, :func:`_corner`), with no
+    hook firing in either. The numbers the run then uses are computed afresh, as if no check had run."""
+
+    rows, positions = _CHECK_ROWS, _CHECK_POSITIONS
 
     def __init__(self, model=None, form: str = ""):
         self.model_name = getattr(getattr(model, "cfg", None), "model_name", type(model).__name__)
@@ -449,8 +467,10 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     >>> with fast_attention(model):                # doctest: +SKIP
     ...     logits = model(tokens, attention_mask=mask)
 
-    A configuration outside the allow-list (:func:`unsupported_reason`; a ``TransformerBridge``
-    too) runs unchanged, with a one-line warning once per model (yields False). The first time a
+    A configuration outside the allow-list (:func:`unsupported_reason`) runs unchanged, with a
+    one-line warning once per model (yields False); a ``TransformerBridge`` runs
+    :func:`~inactive_heads.runtime.bridge_attention.bridge_forward` where its allow-list admits it,
+    else its own forward, without a warning. The first time a
     model runs in a form, each layer's output on that batch is checked against TransformerLens's
     own forward; a mismatch beyond float rounding switches the model back to TransformerLens's
     forward, with a warning. A nested block on the same model must ask for the same form (it then
@@ -470,8 +490,9 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
         finally:
             active.depth -= 1
         return
-    reason = unsupported_reason(model) if enabled else None
-    # A TransformerBridge runs the Hugging Face attention it wraps by design: nothing to warn about.
+    reason = _unsupported(model) if enabled else None
+    # A bridge outside its allow-list (Q/K norms, soft caps, joint QKV: Gemma, Phi-3, ...) runs
+    # its own forward as it always did; nothing to warn about (supports_fast_attention says which).
     if reason is not None and not is_bridge(model):
         _warn_once(model, f"fast_attention: {reason}; running TransformerLens's own attention forward")
     if not enabled or reason is not None:
@@ -485,11 +506,12 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     check = checks.get(form) or checks.setdefault(form, _Check(model, form))
     attns = [block.attn for block in model.blocks]
     layers = {id(attn): layer for layer, attn in enumerate(attns)}
-    mlps = [block.mlp for block in model.blocks if _plain_gated_mlp(block.mlp)]
+    bridge = is_bridge(model)
+    mlps = [] if bridge else [block.mlp for block in model.blocks if _plain_gated_mlp(block.mlp)]
     layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
     state = _State(layers, check)
     state.fused = fused
-    patched = {module: _bound(_fast_forward, module, state) for module in attns}
+    patched = {module: _bound(bridge_forward if bridge else _fast_forward, module, state) for module in attns}
     mlp_forward = _gated_mlp_forward if fused else _gated_mlp_exact
     patched.update({module: _bound(mlp_forward, module, state) for module in mlps})
     _ACTIVE[model] = _Active(form, True, state)
@@ -503,17 +525,18 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
 @contextmanager
 def _swapped(forwards: dict):
     """Each module's forward replaced by the given one inside the block, restored after it."""
+    # object.__setattr__: a bridge component would hand ``forward`` on to the module it wraps.
     previous = {module: module.__dict__.get("forward") for module in forwards}
     try:
         for module, forward in forwards.items():
-            module.forward = forward
+            object.__setattr__(module, "forward", forward)
         yield
     finally:
         for module, prev in previous.items():
             if prev is None:
                 module.__dict__.pop("forward", None)
             else:
-                module.forward = prev
+                object.__setattr__(module, "forward", prev)
 
 
 @contextmanager

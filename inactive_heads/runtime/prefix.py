@@ -38,6 +38,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from ..models.tl_line import is_hooked_transformer
 from .fast_attention import PrefixKV, state_of, supports_fast_attention
 from .hook_registry import installed, read_only
 from .hooks import LayerCallback, StopForward, zero_heads
@@ -104,7 +105,8 @@ def supports_prefix_reuse(model, ablation=None) -> bool:
     sequence at every layer, so there is nothing to share)."""
     if ablation is not None and not getattr(ablation, "shares_prefix", True):
         return False
-    return supports_fast_attention(model) and model.cfg.positional_embedding_type == "rotary"
+    return (is_hooked_transformer(model) and supports_fast_attention(model)
+            and model.cfg.positional_embedding_type == "rotary")
 
 
 # Bytes of prefix states a SharedPrefix keeps for later batches; past it, new branches are used by

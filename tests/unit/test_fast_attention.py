@@ -1,13 +1,17 @@
-"""Fast attention equals TransformerLens's own eager attention (tiny GQA model); prefix grouping.
+"""Fast attention equals the model's own eager attention (tiny GQA model); prefix grouping.
 
-The reference in every test is the unpatched ``HookedTransformer`` forward (full sequences, no
-cache); the code under test is the fused/grouped path. Prefix reuse: tests/unit/test_prefix.py.
+The reference in every test is the unpatched forward (full sequences, no cache): TransformerLens
+3.9's ``HookedTransformer``, or on TransformerLens 4 the ``TransformerBridge``'s own; the code under
+test is the fused/grouped path. Tests of configurations and of the first-use check that only a
+``HookedTransformer`` has carry the ``hooked`` mark; the bridge's own are in
+tests/unit/test_bridge_attention.py. Prefix reuse: tests/unit/test_prefix.py.
 """
 
 import pytest
 import torch
 from tiny import random_sequences, tiny_gqa_model
 
+from inactive_heads.models.tl_line import is_hooked_transformer
 from inactive_heads.runtime.fast_attention import (
     fast_attention,
     supports_fast_attention,
@@ -16,8 +20,6 @@ from inactive_heads.runtime.hook_registry import installed, read_only
 from inactive_heads.runtime.hooks import make_batches
 from inactive_heads.runtime.prefix import group_by_prefix
 
-# The fast attention forward stands in for HookedTransformer's attention components (TransformerLens 3.9).
-pytestmark = pytest.mark.hooked
 
 
 TOL = 1e-4
@@ -61,7 +63,8 @@ def test_hooks_fire_with_eager_values(model, batch):
 
     def capture():
         seen = {}
-        hooks = [(n, lambda x, hook: seen.__setitem__(hook.name, x.clone())) for n in names]
+        # keyed by the name asked for: a bridge names its hook points by their own paths
+        hooks = [(n, lambda x, hook, n=n: seen.__setitem__(n, x.clone())) for n in names]
         with model.hooks(fwd_hooks=hooks):
             _forward(model, batch)
         return seen
@@ -121,6 +124,7 @@ def test_attn_scores_hook_falls_back_to_transformer_lens(model, batch):
     assert seen == [torch.Size([6, 6, batch.tokens.shape[1], batch.tokens.shape[1]])]
 
 
+@pytest.mark.hooked
 def test_other_models_untouched_and_unsupported_configs_refused(model, batch):
     other = tiny_gqa_model(seed=4)
     with fast_attention(model):
@@ -153,15 +157,17 @@ def test_exact_path_in_row_blocks_equals_eager(model, batch, monkeypatch, padded
     logits still equal TransformerLens's eager forward, and a read-only pattern hook still sees the
     whole [batch, head, query, key] pattern, equal to the eager one. Unpadded batches take the
     plain causal mask, padded ones the additive mask."""
+    import inactive_heads.runtime.bridge_attention as ba
     import inactive_heads.runtime.fast_attention as fa
 
     if not padded:  # the longest row alone: every position real
         n = int(batch.valid[0].sum())
         batch = type(batch)(batch.tokens[:1, :n], batch.valid[:1, :n], batch.indices[:1])
     b, width = batch.tokens.shape
-    monkeypatch.setattr(fa, "_BLOCK_ELEMENTS", 5 * b * 6 * width)  # 5 query rows per block
+    for module in (fa, ba):  # a HookedTransformer's exact form, a bridge's
+        monkeypatch.setattr(module, "_BLOCK_ELEMENTS", 5 * b * 6 * width)  # 5 query rows per block
     seen = {}
-    grab = read_only(lambda p, hook: seen.__setitem__(hook.name, p.clone()))
+    grab = read_only(lambda p, hook: seen.__setitem__("blocks.1.attn.hook_pattern", p.clone()))
     hooks = [("blocks.1.attn.hook_pattern", grab)]
     with torch.inference_mode(), installed(model, hooks):
         ref = model(batch.tokens, attention_mask=batch.valid.long())
@@ -205,8 +211,9 @@ def test_nested_blocks_of_the_same_form_run_inside_the_outer_one_and_another_for
 
 def test_the_model_is_restored_after_an_exception(model, batch):
     ref = _forward(model, batch)
+    hooked = is_hooked_transformer(model)  # only a HookedTransformer's gated MLPs are patched too
     with pytest.raises(ZeroDivisionError), fast_attention(model):
-        assert _patched(model) and any("forward" in block.mlp.__dict__ for block in model.blocks)
+        assert _patched(model) and any("forward" in block.mlp.__dict__ for block in model.blocks) == hooked
         _ = 1 / 0
     assert not _patched(model)
     assert all("forward" not in block.mlp.__dict__ for block in model.blocks)
@@ -230,6 +237,7 @@ def test_two_models_at_once_each_in_its_own_form(model, batch):
     assert (out_a - out_b)[batch.valid].abs().max() > 1e-2  # two different models, not one patched twice
 
 
+@pytest.mark.hooked
 def test_configurations_outside_the_allow_list_run_transformer_lens_forward_with_one_warning(batch):
     import dataclasses
 
@@ -260,6 +268,7 @@ def test_configurations_outside_the_allow_list_run_transformer_lens_forward_with
     assert not supports_fast_attention(newer)
 
 
+@pytest.mark.hooked
 def test_first_use_check_falls_back_when_the_fast_forward_disagrees(batch, monkeypatch):
     """A feature TransformerLens applies and the fast forward does not (score soft-capping, let
     through the allow-list here on purpose) is caught on the first batch: warning, then
@@ -305,6 +314,7 @@ def test_read_only_is_what_the_toolkit_installed_not_what_a_wrapper_holds(model)
     assert not point._forward_hooks
 
 
+@pytest.mark.hooked
 def test_gated_mlps_without_copies_equal_transformer_lens_to_the_bit_and_follow_weight_edits():
     from inactive_heads.runtime.fast_attention import gated_mlps_without_copies
 
