@@ -32,6 +32,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..models.tl_line import is_bridge
+from .grouped import in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
 
@@ -180,8 +181,7 @@ _BLOCK_ELEMENTS = 1 << 21
 
 def _attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scaling: float,
                fused: bool) -> Float[Tensor, "batch head pos d_head"]:
-    b, n_heads, n, d = q.shape
-    n_kv, n_keys = k.shape[1], k.shape[2]
+    n_heads, n, n_keys = q.shape[1], q.shape[2], k.shape[2]
     if mask is None and n_keys != n:
         raise RuntimeError("attention over cached keys needs Hugging Face's attention mask")
     hooked = _hooked(self.hook_pattern)
@@ -190,17 +190,9 @@ def _attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scali
     if hooked and not _read_only(self.hook_pattern):
         # A hook may change the pattern: hand it the whole pattern, then use what it returns.
         pattern = self.hook_pattern(_pattern(q, k, mask, scaling, 0, n))
-        return _weighted(pattern, v)
-    rows = max(1, _BLOCK_ELEMENTS // max(1, b * n_heads * n_keys))
-    pattern = torch.empty((b, n_heads, n, n_keys), dtype=q.dtype, device=q.device) if hooked else None
-    z = None if fused else torch.empty((b, n_heads, n, d), dtype=v.dtype, device=v.device)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        block = _pattern(q, k, mask, scaling, start, stop)
-        if pattern is not None:
-            pattern[:, :, start:stop] = block
-        if z is not None:
-            z[:, :, start:stop] = _weighted(block, v)
+        return weighted(pattern, v)
+    pattern, z = in_row_blocks(lambda start, stop: _pattern(q, k, mask, scaling, start, stop), v, n_heads, n,
+                               keep_pattern=hooked, keep_z=not fused, block_elements=_BLOCK_ELEMENTS, dtype=q.dtype)
     if hooked:
         self.hook_pattern(pattern)  # read-only hooks: they see the whole pattern and change nothing
     return z if z is not None else _fused(q, k, v, mask, scaling)
@@ -228,11 +220,3 @@ def _pattern(q: Tensor, k: Tensor, mask: Tensor | None, scaling: float, start: i
     else:
         scores = scores + mask[:, :, start:stop].to(scores.dtype)
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-
-
-def _weighted(pattern: Tensor, v: Tensor) -> Tensor:
-    """``pattern @ v`` per head, grouped KV heads without copies: ``[batch, head, rows, d_head]``."""
-    b, n_heads, m, n_keys = pattern.shape
-    n_kv, d = v.shape[1], v.shape[3]
-    pattern = pattern.to(device=v.device, dtype=v.dtype)
-    return (pattern.reshape(b, n_kv, n_heads // n_kv * m, n_keys) @ v).view(b, n_heads, m, d)

@@ -56,6 +56,7 @@ from ..core.errors import UserError
 from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
 from .bridge_attention import bridge_forward
+from .grouped import in_row_blocks, weighted
 from .bridge_attention import unsupported_reason as bridge_unsupported_reason
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
@@ -239,8 +240,7 @@ def _attention(
     ``[batch, head, query, key]`` pattern; z comes from what they return unless every hook is
     marked :func:`read_only` (then a run that only reads the pattern gives the same z, to the bit,
     as one that does not read it)."""
-    b, n, n_heads, d_head = q.shape
-    n_keys = k.shape[1]
+    n, n_heads, n_keys = q.shape[1], q.shape[2], k.shape[1]
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, head, pos, d]
     allowed, additive, _ = state.masks(attention_mask, n, q.device, q.dtype)
     group = n_heads // kh.shape[1]
@@ -252,17 +252,10 @@ def _attention(
     if hooked and not _read_only(self.hook_pattern):
         # A hook may change the pattern: hand it the whole pattern first, then use what it returns.
         pattern = self.hook_pattern(_eager_pattern(self, qh, kh, additive, 0, n))
-        return _weighted(pattern, vh).transpose(1, 2)
-    rows = max(1, _BLOCK_ELEMENTS // max(1, b * n_heads * n_keys))
-    pattern = torch.empty((b, n_heads, n, n_keys), dtype=q.dtype, device=q.device) if hooked else None
-    z = None if state.fused else torch.empty((b, n_heads, n, d_head), dtype=v.dtype, device=v.device)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        block = _eager_pattern(self, qh, kh, additive, start, stop)
-        if pattern is not None:
-            pattern[:, :, start:stop] = block
-        if z is not None:
-            z[:, :, start:stop] = _weighted(block, vh)
+        return weighted(pattern, vh).transpose(1, 2)
+    pattern, z = in_row_blocks(lambda start, stop: _eager_pattern(self, qh, kh, additive, start, stop), vh,
+                               n_heads, n, keep_pattern=hooked, keep_z=not state.fused,
+                               block_elements=_BLOCK_ELEMENTS, dtype=q.dtype)
     if hooked:
         self.hook_pattern(pattern)  # read-only hooks: they see the whole pattern and change nothing
     if z is None:
@@ -285,14 +278,6 @@ def _eager_pattern(self, qh, kh, additive, start: int, stop: int) -> Tensor:
     else:
         scores = scores + additive[:, :, start:stop]
     return torch.softmax(scores, dim=-1)
-
-
-def _weighted(pattern: Tensor, vh: Tensor) -> Tensor:
-    """``pattern @ v`` per head, grouped KV heads without copies: ``[batch, head, rows, d_head]``."""
-    b, n_heads, m, n_keys = pattern.shape
-    n_kv, d_head = vh.shape[1], vh.shape[3]
-    pattern = pattern.to(device=vh.device, dtype=vh.dtype)
-    return (pattern.reshape(b, n_kv, n_heads // n_kv * m, n_keys) @ vh).view(b, n_heads, m, d_head)
 
 
 def _fast_forward(
