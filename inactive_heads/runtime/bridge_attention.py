@@ -32,7 +32,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..models.tl_line import is_bridge
-from .grouped import in_row_blocks, weighted
+from .grouped import grouped_scores, in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
 
@@ -209,11 +209,8 @@ def _pattern(q: Tensor, k: Tensor, mask: Tensor | None, scaling: float, start: i
     """Softmax attention weights of query rows ``start:stop``, ``[batch, head, rows, key]``, with
     the bridge's operations: the product (query heads of one KV head stacked along the query axis,
     no K copies), times the scale, plus Hugging Face's additive mask, a float32 softmax."""
-    b, n_heads, _, d = q.shape
-    n_kv, n_keys = k.shape[1], k.shape[2]
-    m = stop - start
-    qg = q[:, :, start:stop].reshape(b, n_kv, n_heads // n_kv * m, d)
-    scores = (qg @ k.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, m, n_keys) * scaling
+    m, n_keys = stop - start, k.shape[2]
+    scores = grouped_scores(q, k, start, stop) * scaling
     if mask is None:  # plain causal: row i sees keys 0..start+i
         causal = torch.ones(m, n_keys, dtype=torch.bool, device=q.device).triu(start + 1)
         scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)

@@ -56,8 +56,8 @@ from ..core.errors import UserError
 from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
 from .bridge_attention import bridge_forward
-from .grouped import in_row_blocks, weighted
 from .bridge_attention import unsupported_reason as bridge_unsupported_reason
+from .grouped import grouped_scores, in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
 from .hook_registry import read_only  # noqa: F401  (the mark the toolkit's hooks carry; re-exported)
@@ -267,11 +267,8 @@ def _eager_pattern(self, qh, kh, additive, start: int, stop: int) -> Tensor:
     """Softmax attention weights of query rows ``start:stop``, ``[batch, head, rows, key]``, with
     TransformerLens's operations: grouped product (query heads of one KV head stacked along the
     query axis, no K/V copies), divided by the scale after the product, masked, soft-maxed."""
-    b, n_heads, _, d_head = qh.shape
-    n_kv, n_keys = kh.shape[1], kh.shape[2]
-    m = stop - start
-    qg = qh[:, :, start:stop].reshape(b, n_kv, n_heads // n_kv * m, d_head)
-    scores = (qg @ kh.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, m, n_keys) / self.attn_scale
+    m, n_keys = stop - start, kh.shape[2]
+    scores = grouped_scores(qh, kh, start, stop) / self.attn_scale
     if additive is None:  # plain causal: row i sees keys 0..start+i
         causal = torch.ones(m, n_keys, dtype=torch.bool, device=qh.device).triu(start + 1)
         scores = scores.masked_fill(causal, float("-inf"))
@@ -492,7 +489,7 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     attns = [block.attn for block in model.blocks]
     layers = {id(attn): layer for layer, attn in enumerate(attns)}
     bridge = is_bridge(model)
-    mlps = [] if bridge else [block.mlp for block in model.blocks if _plain_gated_mlp(block.mlp)]
+    mlps = [block.mlp for block in model.blocks if _plain_gated_mlp(block.mlp)]  # none on a bridge
     layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
     state = _State(layers, check)
     state.fused = fused

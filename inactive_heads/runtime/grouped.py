@@ -10,6 +10,17 @@ from jaxtyping import Float
 from torch import Tensor
 
 
+def grouped_scores(q: Float[Tensor, "batch head query d_head"], k: Float[Tensor, "batch kv_head key d_head"],
+                   start: int, stop: int) -> Float[Tensor, "batch head rows key"]:
+    """``q @ kᵀ`` of query rows ``start:stop`` per head, unscaled, the query heads of one KV head
+    stacked along the rows (no copies of ``k``); query head ``h`` reads KV head ``h // (head / kv_head)``."""
+    b, n_heads, _, d_head = q.shape
+    n_kv, n_keys = k.shape[1], k.shape[2]
+    m = stop - start
+    qg = q[:, :, start:stop].reshape(b, n_kv, n_heads // n_kv * m, d_head)
+    return (qg @ k.transpose(-1, -2).to(qg.dtype)).view(b, n_heads, m, n_keys)
+
+
 def weighted(pattern: Float[Tensor, "batch head rows key"],
              v: Float[Tensor, "batch kv_head key d_head"]) -> Float[Tensor, "batch head rows d_head"]:
     """``pattern @ v`` per head, the query heads of one KV head stacked along the rows (no copies
