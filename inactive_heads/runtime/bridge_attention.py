@@ -18,7 +18,11 @@ this forward supports (:func:`unsupported_reason`) run :func:`bridge_forward` in
   of copies and a block of query rows at a time, and z from it;
 - hands a hook that may change the pattern the whole pattern and takes z from what it returns.
 
-A KV cache the bridge passes is updated with the layer's keys and values as the bridge does. A
+A KV cache the bridge passes is updated with the layer's keys and values as the bridge does. For
+prefix reuse (:mod:`~inactive_heads.runtime.prefix`, run layer by layer by
+:mod:`~inactive_heads.runtime.layer_stack`) the forward also keeps a prefix's rotated keys and
+values, attends to them before the given tokens, and applies only the output projection to a
+prefix's known attention output, as the ``HookedTransformer`` forward does. A
 layer with a hook on ``hook_attn_scores``, a mask that is not Hugging Face's 4-D one, or anything
 else outside the plain case runs the bridge's own forward. The first time a model runs in a form,
 each layer's output is checked against the bridge's own forward (the shared first-use check of
@@ -119,12 +123,21 @@ def _plain(self, hidden: Tensor, kwargs: dict) -> bool:
 
 def bridge_forward(self, *args, _state, **kwargs):
     """A supported bridge attention module's forward inside ``fast_attention``: (output, None)."""
+    if _state.z_override is not None:
+        # The layer's attention output is known (a cached prefix's z, some heads zeroed): only
+        # the output projection runs, as the bridge's own forward would apply it to that z.
+        z = _state.z_override
+        return self.hook_out(self.o.original_component(z.reshape(*z.shape[:2], -1))), None
     parsed = _inputs(args, kwargs)
     if parsed is None or _state.check.failed or not _plain(self, parsed[0], parsed[1]):
+        if _state.prefix is not None or _state.capture is not None:
+            raise RuntimeError("prefix reuse needs Hugging Face's 4-D mask, no hook on hook_attn_scores and a "
+                               "model the fast forward agrees with; run without reuse_prefix")
         return type(self).forward(self, *args, **kwargs)
     hidden, rest = parsed
     layer = _state.layers[id(self)]
-    fresh = kwargs.get("attention_mask") is None or kwargs["attention_mask"].shape[-1] == hidden.shape[1]
+    fresh = _state.prefix is None and (
+        kwargs.get("attention_mask") is None or kwargs["attention_mask"].shape[-1] == hidden.shape[1])
     if fresh and ("attn", layer) not in _state.check.done:
         # First use of this layer in this form: the batch's first rows and positions (causal: they
         # depend on nothing after them) against the bridge's own forward, without the cache.
@@ -137,16 +150,22 @@ def bridge_forward(self, *args, _state, **kwargs):
         if torch.is_tensor(corner.get("position_ids")):
             corner["position_ids"] = corner["position_ids"][:n, :m]
         h = hidden[:n, :m]
-        _state.check.compare(self, ("attn", layer), lambda: _compute(self, h, corner, _state.fused),
+        _state.check.compare(self, ("attn", layer), lambda: _compute(self, h, corner, _state, capture=False),
                              lambda: type(self).forward(self, h, **corner)[0])
         if _state.check.failed:
+            if _state.capture is not None:
+                raise RuntimeError("prefix reuse needs a model the fast forward agrees with; run without "
+                                   "reuse_prefix")
             return type(self).forward(self, *args, **kwargs)
-    return _compute(self, hidden, rest, _state.fused), None
+    return _compute(self, hidden, rest, _state), None
 
 
-def _compute(self, hidden: Float[Tensor, "batch pos d_model"], kwargs: dict,
-             fused: bool) -> Float[Tensor, "batch pos d_model"]:
-    """The attention block's output for one layer, with the bridge's hooks."""
+def _compute(self, hidden: Float[Tensor, "batch pos d_model"], kwargs: dict, _state, *,
+             capture: bool = True) -> Float[Tensor, "batch pos d_model"]:
+    """The attention block's output for one layer, with the bridge's hooks. With a prefix on
+    ``_state`` the layer's keys and values follow the prefix's (the mask covers both); with a
+    capture (and ``capture``) its rotated keys and values are kept, ``[batch, pos, kv_head, d_head]``
+    as on a ``HookedTransformer`` (``capture=False``: the first-use check's corner)."""
     hf = self.original_component
     head_dim = hf.head_dim
     hidden = self.hook_in(hidden)
@@ -161,12 +180,20 @@ def _compute(self, hidden: Float[Tensor, "batch pos d_model"], kwargs: dict,
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, self.hook_cos(cos), self.hook_sin(sin))
     q, k = self.hook_rot_q(q), self.hook_rot_k(k)
+    if capture and _state.capture is not None:
+        _state.capture.keys.append(k.transpose(1, 2))
+        _state.capture.values.append(v.transpose(1, 2))
+    prefix = _state.prefix
+    if prefix is not None:
+        layer = _state.layers[id(self)]
+        k = torch.cat([prefix.keys[layer].transpose(1, 2).expand(b, -1, -1, -1).to(k.dtype), k], dim=2)
+        v = torch.cat([prefix.values[layer].transpose(1, 2).expand(b, -1, -1, -1).to(v.dtype), v], dim=2)
     cache = kwargs.get("past_key_values")
     if cache is not None:
         k, v = cache.update(k, v, hf.layer_idx)
     mask = kwargs.get("attention_mask")
     scaling = getattr(hf, "scaling", head_dim ** -0.5)
-    z = _attention(self, q, k, v, mask, scaling, fused)  # [b, head, pos, d]
+    z = _attention(self, q, k, v, mask, scaling, _state.fused)  # [b, head, pos, d]
     o_weight = getattr(getattr(self.o, "original_component", None), "weight", None)
     z = z.transpose(1, 2).reshape(b, n, -1)
     if isinstance(o_weight, Tensor) and o_weight.dtype.is_floating_point and z.dtype != o_weight.dtype:

@@ -38,11 +38,12 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from ..models.tl_line import is_hooked_transformer
+from ..models.tl_line import is_bridge, is_hooked_transformer
+from .activations import LayerActivations
 from .fast_attention import PrefixKV, state_of, supports_fast_attention
 from .hook_registry import installed, read_only
 from .hooks import LayerCallback, StopForward, zero_heads
-from .activations import LayerActivations
+from .layer_stack import LayerStack, bridge_unsupported_reason
 
 @dataclass
 class PrefixGroup:
@@ -100,13 +101,18 @@ def group_by_prefix(
 
 
 def supports_prefix_reuse(model, ablation=None) -> bool:
-    """A rotary ``HookedTransformer`` on the fast attention path can reuse a prefix, with or without
-    ablation, except an ablation whose ``shares_prefix`` is False (Random: its draws differ per
-    sequence at every layer, so there is nothing to share)."""
+    """A model on the fast attention path that runs layer by layer can reuse a prefix, with or
+    without ablation: a rotary ``HookedTransformer``, or a ``TransformerBridge`` that
+    :class:`~inactive_heads.runtime.layer_stack.LayerStack` runs (Llama, Qwen2, Mistral, full
+    attention) — except with an ablation whose ``shares_prefix`` is False (Random: its draws
+    differ per sequence at every layer, so there is nothing to share)."""
     if ablation is not None and not getattr(ablation, "shares_prefix", True):
         return False
-    return (is_hooked_transformer(model) and supports_fast_attention(model)
-            and model.cfg.positional_embedding_type == "rotary")
+    if not supports_fast_attention(model):
+        return False
+    if is_bridge(model):
+        return bridge_unsupported_reason(model) is None
+    return is_hooked_transformer(model) and model.cfg.positional_embedding_type == "rotary"
 
 
 # Bytes of prefix states a SharedPrefix keeps for later batches; past it, new branches are used by
@@ -192,10 +198,11 @@ class SharedPrefix:
         self.n_layers = model.cfg.n_layers
         self.n_heads = model.cfg.n_heads
         self._state = state_of(model)
+        self._stack = LayerStack(model)
         device = next(model.parameters()).device
         prefix = torch.tensor([tokens], dtype=torch.long, device=device)
         self._reset(len(tokens))
-        self.root = _Node(0, model(prefix, attention_mask=self._ones, stop_at_layer=0))
+        self.root = _Node(0, self._stack.embed(prefix, self._ones))
         self._stored = self.root.nbytes()
         self.stats.groups += 1
 
@@ -295,7 +302,8 @@ class SharedPrefix:
 
     # -- the prefix tree --------------------------------------------------------------------
     def _run_layer(self, resid: Tensor, layer: int, mask: Tensor) -> Tensor:
-        return self.model(resid, start_at_layer=layer, stop_at_layer=layer + 1, attention_mask=mask)
+        prefix = self._state.prefix
+        return self._stack.layer(resid, layer, mask, prefix.length if prefix is not None else 0)
 
     def _attend(self, node: _Node) -> None:
         """The prefix's attention at ``node.layer``: keys, values, z (and pattern), nothing after."""
@@ -366,7 +374,7 @@ class SharedPrefix:
         self._trace = [] if keep else None
         nodes = [self.root] * b
         with installed(model, self._hooks()):
-            resid = model(tokens, attention_mask=mask, stop_at_layer=0)
+            resid = self._stack.embed(tokens, mask)
             for layer in range(self.n_layers):
                 for node in {id(n): n for n in nodes}.values():
                     if node.z is None:
@@ -412,7 +420,7 @@ class SharedPrefix:
             new = object.__new__(SharedPrefix)
             new.__dict__.update({k: getattr(self, k) for k in
                                  ("model", "callbacks", "reads", "seed", "stats", "cache_bytes", "n_layers",
-                                  "n_heads", "_state")})
+                                  "n_heads", "_state", "_stack")})
             new._reset(self.length + n)
             nodes = []
             for step in trace:

@@ -1,4 +1,4 @@
-"""The fast evaluator (fused attention, prefix reuse) equals TransformerLens's eager attention on
+"""The fast evaluator (fused attention, prefix reuse) equals the model's own attention on
 SmolLM2 MMLU: the same answers and per-sequence flags, log-likelihoods within float rounding."""
 
 import pytest
@@ -6,9 +6,9 @@ import torch
 
 import inactive_heads as ih
 
-# The fused and exact forms and prefix reuse run on HookedTransformer (TransformerLens 3.9); on a
-# bridge every form is the bridge's own forward, so these comparisons would compare it with itself.
-pytestmark = pytest.mark.hooked
+# On either line: the "eager" form is the model's own forward (TransformerLens's attention on a
+# HookedTransformer, the bridge's on a TransformerBridge); the fused and exact forms and prefix reuse
+# are the toolkit's.
 
 SUBJECTS = ["world_religions", "management"]
 STATIC = [(l, h) for l in range(1, 30, 4) for h in (2, 7)]

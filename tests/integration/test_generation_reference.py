@@ -11,7 +11,6 @@ import pytest
 
 import inactive_heads as ih
 from inactive_heads.evaluation.generation import generate
-from inactive_heads.models.tl_line import is_hooked_transformer
 from inactive_heads.evaluation.tasks import build_gsm8k_requests
 from tests.reference_generation import ReferenceGenerator
 
@@ -46,8 +45,6 @@ def test_per_step_equals_the_independent_loop(smollm2, requests_, thresholds, sc
     assert ours.tokens == expected
     assert ours.realized_fraction > 0
     assert ours.realized_fraction == pytest.approx(reference.realized_fraction(), abs=1e-12)
-    if not is_hooked_transformer(model):
-        return  # prefix reuse runs on TransformerLens 3.9's HookedTransformer only
     # The few-shot prefix computed once per decision history: still the independent loop's tokens.
     reused = generate(model, prompts, ablation=ih.DynamicAblation(score, tau), decision="per_step",
                       max_new_tokens=MAX_NEW, until=until, batch_size=2, progress=False, reuse_prefix=True)
@@ -56,7 +53,6 @@ def test_per_step_equals_the_independent_loop(smollm2, requests_, thresholds, sc
     assert reused.realized_fraction == pytest.approx(ours.realized_fraction, abs=1e-12)
 
 
-@pytest.mark.hooked  # TransformerLens's KV cache of a HookedTransformer
 def test_prompt_decision_cached_equals_uncached(smollm2, requests_, thresholds):
     model = smollm2
     prompts = [list(r.context_ids) for r in requests_]

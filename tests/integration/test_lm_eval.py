@@ -84,7 +84,6 @@ def test_no_ablation_equals_lm_evals_hf_model(smollm2, hflm, tasks, monkeypatch)
 
 
 @pytest.mark.slow
-@pytest.mark.hooked  # prefix reuse and the exact form run on HookedTransformer
 def test_prefix_reuse_and_the_exact_form_equal_lm_evals_hf_model(smollm2, hflm, tasks):
     """Few-shot MMLU (a long shared prefix): the model type with prefix reuse, and with
     TransformerLens's exact arithmetic, answers as lm-eval's HFLM does."""

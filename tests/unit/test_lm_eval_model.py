@@ -103,8 +103,7 @@ def assert_close(got, expected):
 
 @pytest.mark.parametrize("attention, reuse_prefix, batch_size", [
     ("auto", False, 1), ("auto", False, 8), ("exact", False, 3), ("eager", False, 5), ("fast", False, 8),
-    # Prefix reuse runs on TransformerLens 3.9's HookedTransformer only.
-    pytest.param("auto", True, 3, marks=pytest.mark.hooked), pytest.param("exact", True, 8, marks=pytest.mark.hooked),
+    ("auto", True, 3), ("exact", True, 8),
 ])
 def test_loglikelihoods_equal_an_unbatched_reference(model, shared_requests, batch_size, attention, reuse_prefix):
     requests, expected = shared_requests

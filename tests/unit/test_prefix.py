@@ -1,6 +1,7 @@
-"""Prefix reuse (:class:`SharedPrefix`) equals running the whole sequences, on a tiny GQA model.
+"""Prefix reuse (:class:`SharedPrefix`) equals running the whole sequences, on a tiny GQA model
+(a ``HookedTransformer`` on TransformerLens 3.9, a ``TransformerBridge`` over Llama on 4).
 
-The reference is TransformerLens's own forward on the full sequences (prefix + rest, one padded
+The reference is the model's own forward on the full sequences (prefix + rest, one padded
 batch) with the ablation's ordinary ``hook_z`` hooks, or :func:`record_scores` for recorded scores.
 The code under test runs only the rest of each sequence against the cached prefix tree. Dynamic
 thresholds are set inside the score distribution so that sequences decide differently and the
@@ -18,9 +19,6 @@ from inactive_heads.runtime.prefix import ReuseStats, SharedPrefix
 from inactive_heads.scoring.recording import ScoreRecorder
 from inactive_heads.scoring.scores import resolve_scores
 from tiny import tiny_gqa_model
-
-# Prefix reuse runs on the HookedTransformer fast attention path (TransformerLens 3.9).
-pytestmark = pytest.mark.hooked
 
 
 TOL = 1e-4
@@ -77,7 +75,7 @@ def _tau(model, prefix, rests, key, q):
     return float(torch.quantile(hs[key].flatten(), q))
 
 
-@pytest.mark.parametrize("key, q", [("ahon_ln", 0.3), ("awft", 0.7), ("avvn", 0.4)])
+@pytest.mark.parametrize("key, q", [("ahon_ln", 0.2), ("awft", 0.7), ("avvn", 0.4)])
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_dynamic_reuse_equals_full_sequences(model, data, key, q, batch_size):
     prefix, rests = data
@@ -95,7 +93,7 @@ def test_dynamic_reuse_equals_full_sequences(model, data, key, q, batch_size):
         assert (a - b).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("key, q", [("ahon_ln", 0.3), ("awft", 0.6)])
+@pytest.mark.parametrize("key, q", [("ahon_ln", 0.2), ("awft", 0.6)])
 def test_extended_prefix_runs_one_token_per_step_equal_to_full_sequences(model, data, key, q):
     # Per-step generation's reuse: step k runs only token k against a prefix extended by the
     # tokens before it (SharedPrefix.extended). Each step's logits and every decision must equal
