@@ -19,8 +19,9 @@ from ..ablation.head_ablation import HeadAblation, as_ablation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
-from ..runtime.hooks import HeadHookRunner, make_batches, model_device, unembed_at
-from ..models.loading import architecture_of, model_info
+from ..runtime.hooks import (HeadHookRunner, hf_head_logits, hf_head_logits_supported, make_batches, model_device,
+                             unembed_at)
+from ..models.loading import model_info
 from ..models.tl_line import is_hooked_transformer
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
@@ -235,25 +236,13 @@ def _logits_at(model, tokens, valid, rows, positions):
     if hasattr(model, "unembed") and is_hooked_transformer(model):
         resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
         return unembed_at(model, resid, rows, positions)
-    hf = getattr(model, "original_model", None)  # a TransformerBridge's Hugging Face model
-    if hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR:
+    if hf_head_logits_supported(model):
         # The bridge's modules run (hooks fire) through Hugging Face's base model; the vocabulary
         # projection then runs on the scored positions only, not on every position of the batch.
+        hf = model.original_model
         hidden = hf.base_model(input_ids=tokens, attention_mask=mask, use_cache=False).last_hidden_state
-        logits = hf.get_output_embeddings()(hidden[rows, positions])
-        cap = getattr(hf.config, "final_logit_softcapping", None)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap  # Gemma-2/3, as their causal-LM head does
-        return logits
+        return hf_head_logits(model, hidden[rows, positions])
     return model(tokens, attention_mask=mask)[rows, positions]
-
-
-# Causal-LM classes whose logits are the output embedding of the base model's last hidden state
-# (then Gemma's soft cap): for these the evaluator projects only the scored positions.
-_HEAD_IS_ONE_LINEAR = frozenset({
-    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
-    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
-})
 
 
 @dataclass

@@ -40,6 +40,8 @@ from ..models.tl_line import is_hooked_transformer
 from ..runtime.fast_attention import attention_form, gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
+    hf_head_logits,
+    hf_head_logits_supported,
     hook_name,
     installed,
     make_batches,
@@ -319,10 +321,12 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
     held = _HeldHeads(info.n_layers)
-    cached = use_cache and is_hooked_transformer(model)
+    hooked = is_hooked_transformer(model)
+    cached = use_cache and (hooked or hf_head_logits_supported(model))
     with installed(model, held.hooks()), torch.inference_mode():
         if cached:
-            generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
+            decode = _decode_cached if hooked else _decode_cached_hf
+            generated = decode(model, prompts, masks, held, stopper, batch_size, bar)
         else:
             generated = [[] for _ in prompts]
             _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
@@ -368,13 +372,7 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        width = max(len(prompts[i]) for i in rows)
-        tokens = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, i in enumerate(rows):
-            n = len(prompts[i])
-            tokens[r, width - n:] = torch.tensor(prompts[i])
-            mask[r, width - n:] = 1
+        tokens, mask = _left_padded(prompts, rows)
         cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, len(rows))
         held.masks = masks[rows]
         # TransformerLens's own attention runs with a cache (the fast forward steps aside); its
@@ -398,6 +396,84 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
                     held.masks = masks[rows]
                 step = torch.ones((len(rows), 1), dtype=torch.long, device=device)
                 nxt = _next_cached(model, nxt[:, None], step, cache)
+    return generated
+
+
+def _left_padded(prompts, rows: list[int]) -> tuple[Tensor, Tensor]:
+    """Tokens and 1/0 mask of ``prompts[rows]``, left-padded to the longest."""
+    width = max(len(prompts[i]) for i in rows)
+    tokens = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, i in enumerate(rows):
+        n = len(prompts[i])
+        tokens[r, width - n:] = torch.tensor(prompts[i])
+        mask[r, width - n:] = 1
+    return tokens, mask
+
+
+class _CachedBridge:
+    """A batch of left-padded prompts decoded with Hugging Face's KV cache on a ``TransformerBridge``:
+    prefilled once through the bridge's Hugging Face base model (the bridge's modules and hooks run
+    inside it; positions from the mask, as Hugging Face's ``generate`` gives them), then one token
+    per row per :meth:`step`; only the last position is projected to the vocabulary. Use inside
+    ``attention_form(model, ...)`` and ``torch.inference_mode()``."""
+
+    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
+        from transformers import DynamicCache
+
+        self.model, self.base = model, model.original_model.base_model
+        self.cache = DynamicCache(config=model.original_model.config)
+        self.mask = mask
+        self.logits = self._run(tokens, (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 1))
+
+    def _run(self, tokens: Tensor, positions: Tensor) -> Float[Tensor, "batch vocab"]:
+        hidden = self.base(input_ids=tokens, attention_mask=self.mask, position_ids=positions,
+                           past_key_values=self.cache, use_cache=True).last_hidden_state
+        return hf_head_logits(self.model, hidden[:, -1])
+
+    def keep(self, index: Int[Tensor, " kept"]) -> None:
+        """Only these rows go on (their cache rows kept, the others dropped)."""
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+
+    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        """Each row's next-token logits after appending its token."""
+        positions = self.mask.sum(dim=1, keepdim=True)  # the next real position of each row
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.logits = self._run(tokens[:, None], positions)
+        return self.logits
+
+
+def _decode_cached_hf(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
+    """Held heads on a ``TransformerBridge`` with Hugging Face's KV cache (:class:`_CachedBridge`):
+    batches of prompts prefilled once, then one token per step; a finished row leaves the batch
+    and its cache rows. Attention runs in the exact form (the bridge's arithmetic), as the uncached
+    path does."""
+    device = model_device(model)
+    generated: list[list[int]] = [[] for _ in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        held.masks = masks[rows]
+        with attention_form(model, "exact"):
+            batch = _CachedBridge(model, *(t.to(device) for t in _left_padded(prompts, rows)))
+            nxt = batch.logits.argmax(dim=-1)
+            while True:
+                keep = []
+                for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
+                    generated[i].append(int(t))
+                    if stopper.done(generated[i]):
+                        bar.update(1)
+                    else:
+                        keep.append(r)
+                if not keep:
+                    break
+                if len(keep) < len(rows):
+                    index = torch.tensor(keep, device=device)
+                    batch.keep(index)
+                    rows, nxt = [rows[r] for r in keep], nxt[index]
+                    held.masks = masks[rows]
+                nxt = batch.step(nxt).argmax(dim=-1)
     return generated
 
 

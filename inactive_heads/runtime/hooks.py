@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
-from ..models.loading import model_info
+from ..models.loading import architecture_of, model_info
 from ..models.tl_line import has_hooked_transformer
 from .activations import LayerActivations, keeps_transposes, transposed_weight
 from ..core.errors import UserError
@@ -174,6 +174,33 @@ def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tenso
     cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
     if cap and cap > 0:
         logits = cap * torch.tanh(logits / cap)
+    return logits
+
+
+# Causal-LM classes whose logits are the output embedding of the base model's last hidden state
+# (then Gemma's soft cap): for these a bridge's logits can be taken at chosen positions only.
+_HEAD_IS_ONE_LINEAR = frozenset({
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
+})
+
+
+def hf_head_logits_supported(model) -> bool:
+    """True for a ``TransformerBridge`` whose Hugging Face causal-LM head is one linear map of the
+    base model's last hidden state (:func:`hf_head_logits` then gives its logits)."""
+    hf = getattr(model, "original_model", None)
+    return hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR
+
+
+def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows vocab"]:
+    """A bridge's logits from its Hugging Face base model's last hidden state at chosen rows: the
+    output embedding, then the logit soft cap of the models that have one (Gemma-2/3, as their
+    causal-LM head does)."""
+    hf = model.original_model
+    logits = hf.get_output_embeddings()(hidden)
+    cap = getattr(hf.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
     return logits
 
 

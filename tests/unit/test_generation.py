@@ -54,7 +54,6 @@ def test_outputs_vary(model):
     assert all(len(set(t)) > 1 for t in tokens[:3])
 
 
-@pytest.mark.hooked
 @pytest.mark.parametrize("ablation", ["ahon_ln", "awft", "random"])
 def test_prompt_cached_equals_uncached_and_one_at_a_time(model, ablation):
     cached = _run(model, ablation, decision="prompt", use_cache=True, batch_size=3)
@@ -79,7 +78,6 @@ _SHARED = random_sequences(1, seed=7, min_len=36, max_len=36)[0]
 SHARED_PROMPTS = [_SHARED + tail for tail in random_sequences(4, seed=8, min_len=1, max_len=6)] + [PROMPTS[0]]
 
 
-@pytest.mark.hooked
 @pytest.mark.parametrize("ablation", ["none", "ahon_ln", "awft"])
 def test_per_step_with_prefix_reuse_equals_the_full_rerun(model, ablation):
     # Reuse computes each state once per decision history: the shared prefix once, then each step
@@ -134,6 +132,29 @@ def test_cached_logits_equal_a_full_recompute(model):
         step = model(nxt, attention_mask=torch.ones_like(nxt), past_kv_cache=cache)[0, -1]
         full = model(torch.tensor([prompt + [5]]))[0, -1]
     assert torch.allclose(step, full, atol=1e-5)
+
+
+def test_bridge_cached_logits_equal_a_full_recompute(model):
+    # The bridge's cached decoding by hand: two prompts of different lengths left-padded and
+    # prefilled, one token each, then the shorter one alone (its cache row kept, the other
+    # dropped) for one more; each step's logits against the bridge's own forward on the whole
+    # sequence. Positions from the mask matter: off by one, these logits move by ~1e-2.
+    if is_hooked_transformer(model):
+        pytest.skip("a TransformerBridge's Hugging Face cache (TransformerLens 4)")
+    from inactive_heads.evaluation.generation import _CachedBridge, _left_padded
+    from inactive_heads.runtime.fast_attention import attention_form
+
+    short, long = PROMPTS[0], PROMPTS[1]
+    assert len(short) < len(long)
+    with torch.inference_mode(), attention_form(model, "exact"):
+        batch = _CachedBridge(model, *_left_padded([short, long], [0, 1]))
+        first = batch.logits
+        step = batch.step(torch.tensor([5, 7]))
+        batch.keep(torch.tensor([0]))
+        second = batch.step(torch.tensor([9]))
+        full = [model(torch.tensor([seq]))[0, -1] for seq in (short, long, short + [5], long + [7], short + [5, 9])]
+    for got, want in zip([first[0], first[1], step[0], step[1], second[0]], full):
+        assert (got - want).abs().max() <= 1e-4 * max(1.0, float(want.abs().max()))
 
 
 def test_static_realized_fraction_and_savings_by_hand(model):
