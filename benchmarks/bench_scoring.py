@@ -13,7 +13,8 @@ tokens of LAMBADA text, batch size 1), each variant again in a fresh process, at
 T and at T/2:
 
 - forward:  the ordinary forward with logits (what the ratio's denominator is)
-- body:     the forward without the unembedding (no logits)
+- body:     the forward without the unembedding (no logits; on a ``TransformerBridge``, its
+            Hugging Face base model, through which the bridge's modules run)
 - record:   ``record_scores`` with every registered score
 
 Peak memory is ``torch.cuda.max_memory_allocated`` on CUDA, else peak RSS; "activation" memory is
@@ -112,13 +113,18 @@ def long_worker(args) -> dict:
     import torch
 
     import inactive_heads as ih
-    from inactive_heads.runtime.hooks import model_device
     from inactive_heads.evaluation.texts import _all_passages
+    from inactive_heads.models.tl_line import is_hooked_transformer
+    from inactive_heads.runtime.hooks import model_device
 
     model = ih.load_model(args.model, progress=False)
     device = model_device(model)
     loaded_full = _reset_peak(device)
     info = ih.model_info(model)
+    hooked = is_hooked_transformer(model)
+    if args.layers and args.layers < info.n_layers and not hooked:
+        raise SystemExit("--long-layers truncates a HookedTransformer's blocks; a TransformerBridge runs its "
+                         "Hugging Face model whole: run the long case with --long-layers 0")
     if args.layers and args.layers < info.n_layers:
         # Only one layer's activations are alive at a time, so the activation peak does not depend
         # on depth: keeping the first layers measures it at a fraction of the compute.
@@ -137,8 +143,10 @@ def long_worker(args) -> dict:
     with torch.inference_mode():
         if args.variant == "forward":
             model(tokens, attention_mask=mask)
-        elif args.variant == "body":
+        elif args.variant == "body" and hooked:
             model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
+        elif args.variant == "body":  # a bridge: its Hugging Face base model (its hooks fire), no head
+            model.original_model.base_model(input_ids=tokens, attention_mask=mask, use_cache=False)
         else:
             ih.record_scores(model, [ids[: args.tokens]], batch_size=1, progress=False)
     seconds = time.perf_counter() - start
