@@ -24,6 +24,7 @@ group is held (``2 · d_head · bytes`` per layer, KV head and token).
 
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -321,12 +322,10 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
     held = _HeldHeads(info.n_layers)
-    hooked = is_hooked_transformer(model)
-    cached = use_cache and (hooked or hf_head_logits_supported(model))
+    cached = use_cache and (is_hooked_transformer(model) or hf_head_logits_supported(model))
     with installed(model, held.hooks()), torch.inference_mode():
         if cached:
-            decode = _decode_cached if hooked else _decode_cached_hf
-            generated = decode(model, prompts, masks, held, stopper, batch_size, bar)
+            generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
         else:
             generated = [[] for _ in prompts]
             _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
@@ -363,100 +362,18 @@ def _decode_uncached(model, prompts, generated: list[list[int]], stopper, batch_
 
 
 def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
-    """Held heads with TransformerLens's KV cache: batches of prompts left-padded and prefilled
-    once, then one token per step; a finished row leaves the batch (and its cache rows)."""
-    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-
-    device = model_device(model)
-    generated: list[list[int]] = [[] for _ in prompts]
-    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        tokens, mask = _left_padded(prompts, rows)
-        cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, len(rows))
-        held.masks = masks[rows]
-        # TransformerLens's own attention runs with a cache (the fast forward steps aside); its
-        # gated MLPs keep their arithmetic without copying their weights at every step.
-        with attention_form(model, "eager"), gated_mlps_without_copies(model):
-            nxt = _next_cached(model, tokens.to(device), mask.to(device), cache)
-            while True:
-                keep = []
-                for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
-                    generated[i].append(int(t))
-                    if stopper.done(generated[i]):
-                        bar.update(1)
-                    else:
-                        keep.append(r)
-                if not keep:
-                    break
-                if len(keep) < len(rows):
-                    _keep_rows(cache, keep)
-                    rows = [rows[r] for r in keep]
-                    nxt = nxt[keep]
-                    held.masks = masks[rows]
-                step = torch.ones((len(rows), 1), dtype=torch.long, device=device)
-                nxt = _next_cached(model, nxt[:, None], step, cache)
-    return generated
-
-
-def _left_padded(prompts, rows: list[int]) -> tuple[Tensor, Tensor]:
-    """Tokens and 1/0 mask of ``prompts[rows]``, left-padded to the longest."""
-    width = max(len(prompts[i]) for i in rows)
-    tokens = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, i in enumerate(rows):
-        n = len(prompts[i])
-        tokens[r, width - n:] = torch.tensor(prompts[i])
-        mask[r, width - n:] = 1
-    return tokens, mask
-
-
-class _CachedBridge:
-    """A batch of left-padded prompts decoded with Hugging Face's KV cache on a ``TransformerBridge``:
-    prefilled once through the bridge's Hugging Face base model (the bridge's modules and hooks run
-    inside it; positions from the mask, as Hugging Face's ``generate`` gives them), then one token
-    per row per :meth:`step`; only the last position is projected to the vocabulary. Use inside
-    ``attention_form(model, ...)`` and ``torch.inference_mode()``."""
-
-    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
-        from transformers import DynamicCache
-
-        self.model, self.base = model, model.original_model.base_model
-        self.cache = DynamicCache(config=model.original_model.config)
-        self.mask = mask
-        self.logits = self._run(tokens, (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 1))
-
-    def _run(self, tokens: Tensor, positions: Tensor) -> Float[Tensor, "batch vocab"]:
-        hidden = self.base(input_ids=tokens, attention_mask=self.mask, position_ids=positions,
-                           past_key_values=self.cache, use_cache=True).last_hidden_state
-        return hf_head_logits(self.model, hidden[:, -1])
-
-    def keep(self, index: Int[Tensor, " kept"]) -> None:
-        """Only these rows go on (their cache rows kept, the others dropped)."""
-        self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
-
-    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
-        """Each row's next-token logits after appending its token."""
-        positions = self.mask.sum(dim=1, keepdim=True)  # the next real position of each row
-        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
-        self.logits = self._run(tokens[:, None], positions)
-        return self.logits
-
-
-def _decode_cached_hf(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
-    """Held heads on a ``TransformerBridge`` with Hugging Face's KV cache (:class:`_CachedBridge`):
-    batches of prompts prefilled once, then one token per step; a finished row leaves the batch
-    and its cache rows. Attention runs in the exact form (the bridge's arithmetic), as the uncached
-    path does."""
+    """Held heads with a KV cache: batches of prompts left-padded and prefilled once, then one token
+    per step; a finished row leaves the batch (and its cache rows). TransformerLens's cache on a
+    ``HookedTransformer`` (:class:`_CachedHooked`), Hugging Face's on a bridge (:class:`_CachedBridge`)."""
+    cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
     device = model_device(model)
     generated: list[list[int]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
         held.masks = masks[rows]
-        with attention_form(model, "exact"):
-            batch = _CachedBridge(model, *(t.to(device) for t in _left_padded(prompts, rows)))
+        with cached.forms(model):
+            batch = cached(model, *(t.to(device) for t in _left_padded(prompts, rows)))
             nxt = batch.logits.argmax(dim=-1)
             while True:
                 keep = []
@@ -477,22 +394,96 @@ def _decode_cached_hf(model, prompts, masks, held, stopper, batch_size, bar) -> 
     return generated
 
 
-def _next_cached(model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"], cache) -> Int[Tensor, " batch"]:
-    """The greedy next token of each row after feeding ``tokens`` through the KV cache: the
-    unembedding runs on the last position only."""
-    resid = model(tokens, attention_mask=mask, past_kv_cache=cache, stop_at_layer=model.cfg.n_layers)
-    rows = torch.arange(tokens.shape[0], device=resid.device)
-    last = torch.full_like(rows, resid.shape[1] - 1)
-    return unembed_at(model, resid, rows, last).argmax(dim=-1)
+def _left_padded(prompts, rows: list[int]) -> tuple[Tensor, Tensor]:
+    """Tokens and 1/0 mask of ``prompts[rows]``, left-padded to the longest."""
+    width = max(len(prompts[i]) for i in rows)
+    tokens = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, i in enumerate(rows):
+        n = len(prompts[i])
+        tokens[r, width - n:] = torch.tensor(prompts[i])
+        mask[r, width - n:] = 1
+    return tokens, mask
 
 
-def _keep_rows(cache, keep: list[int]) -> None:
-    """Drop finished rows from a TransformerLens KV cache, in place."""
-    index = torch.tensor(keep, device=cache.previous_attention_mask.device)
-    for entry in cache.entries:
-        entry.past_keys = entry.past_keys[index]
-        entry.past_values = entry.past_values[index]
-    cache.previous_attention_mask = cache.previous_attention_mask[index]
+class _CachedHooked:
+    """A batch of left-padded prompts decoded with TransformerLens's KV cache on a
+    ``HookedTransformer``: prefilled once, then one token per row per :meth:`step`; the
+    unembedding runs on the last position only. Use inside :meth:`forms` and
+    ``torch.inference_mode()``."""
+
+    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
+        from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+        self.model = model
+        self.cache = TransformerLensKeyValueCache.init_cache(model.cfg, tokens.device, tokens.shape[0])
+        self.logits = self._run(tokens, mask)
+
+    @staticmethod
+    def forms(model) -> ExitStack:
+        """TransformerLens's own attention runs with a cache (the fast forward steps aside); its
+        gated MLPs keep their arithmetic without copying their weights at every step."""
+        stack = ExitStack()
+        stack.enter_context(attention_form(model, "eager"))
+        stack.enter_context(gated_mlps_without_copies(model))
+        return stack
+
+    def _run(self, tokens: Tensor, mask: Tensor) -> Float[Tensor, "batch vocab"]:
+        resid = self.model(tokens, attention_mask=mask, past_kv_cache=self.cache,
+                           stop_at_layer=self.model.cfg.n_layers)
+        rows = torch.arange(tokens.shape[0], device=resid.device)
+        return unembed_at(self.model, resid, rows, torch.full_like(rows, resid.shape[1] - 1))
+
+    def keep(self, index: Int[Tensor, " kept"]) -> None:
+        """Only these rows go on (their cache rows kept, the others dropped)."""
+        index = index.to(self.cache.previous_attention_mask.device)
+        for entry in self.cache.entries:
+            entry.past_keys = entry.past_keys[index]
+            entry.past_values = entry.past_values[index]
+        self.cache.previous_attention_mask = self.cache.previous_attention_mask[index]
+
+    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        """Each row's next-token logits after appending its token."""
+        self.logits = self._run(tokens[:, None], torch.ones_like(tokens)[:, None])
+        return self.logits
+
+
+class _CachedBridge:
+    """A batch of left-padded prompts decoded with Hugging Face's KV cache on a ``TransformerBridge``:
+    prefilled once through the bridge's Hugging Face base model (the bridge's modules and hooks run
+    inside it; positions from the mask, as Hugging Face's ``generate`` gives them), then one token
+    per row per :meth:`step`; only the last position is projected to the vocabulary. Use inside
+    :meth:`forms` and ``torch.inference_mode()``."""
+
+    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
+        from transformers import DynamicCache
+
+        self.model, self.base = model, model.original_model.base_model
+        self.cache = DynamicCache(config=model.original_model.config)
+        self.mask = mask
+        self.logits = self._run(tokens, (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 1))
+
+    @staticmethod
+    def forms(model):
+        """The exact form: the bridge's arithmetic, as the uncached path runs it."""
+        return attention_form(model, "exact")
+
+    def _run(self, tokens: Tensor, positions: Tensor) -> Float[Tensor, "batch vocab"]:
+        hidden = self.base(input_ids=tokens, attention_mask=self.mask, position_ids=positions,
+                           past_key_values=self.cache, use_cache=True).last_hidden_state
+        return hf_head_logits(self.model, hidden[:, -1])
+
+    def keep(self, index: Int[Tensor, " kept"]) -> None:
+        """Only these rows go on (their cache rows kept, the others dropped)."""
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+
+    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        """Each row's next-token logits after appending its token."""
+        positions = self.mask.sum(dim=1, keepdim=True)  # the next real position of each row
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.logits = self._run(tokens[:, None], positions)
+        return self.logits
 
 
 def held_savings(model, prompts: Sequence[Sequence[int]], masks: Bool[Tensor, "prompt layer head"],
