@@ -561,12 +561,16 @@ DEMO_LIMIT = 100
 DEMO_DTYPE = "float32"
 DEMO_SCORES = ("ahon_ln", "awft")
 DEMO_QUANTILES = (0.0, 0.1, 0.3)
+# Few-shot examples per demo task: none, except WinoGrande, whose chat prompt (lm-eval renders only
+# the examples before the filled-in sentence) would otherwise be an empty conversation.
+DEMO_FEWSHOT = {"piqa": 0, "mmlu": 0, "winogrande": 1}
 
 
 def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="demo_results", help="results folder (default demo_results; resumable)")
-    parser.add_argument("--task", default=DEMO_TASK, choices=("piqa", "mmlu", "winogrande"),
-                        help=f"benchmark (default {DEMO_TASK}, 0-shot)")
+    parser.add_argument("--task", default=DEMO_TASK, choices=tuple(DEMO_FEWSHOT),
+                        help=f"benchmark (default {DEMO_TASK}; 0-shot, WinoGrande 1-shot: its chat prompt needs "
+                        "one example before the sentence)")
     parser.add_argument("--subjects", nargs="+", metavar="SUBJECT", help="MMLU subjects (with --task mmlu)")
     parser.add_argument("--limit", type=_positive_int, default=DEMO_LIMIT,
                         help=f"questions (of each MMLU subject) (default {DEMO_LIMIT})")
@@ -619,7 +623,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     from .sweep.runner import SweepConfig
 
     config = SweepConfig(
-        model=args.model, task=args.task, subjects=args.subjects, limit=args.limit, num_fewshot=0,
+        model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
+        num_fewshot=DEMO_FEWSHOT[args.task],
         scores=list(DEMO_SCORES), quantiles=list(args.quantiles), batch_size=args.batch_size, dtype=args.dtype,
         device=args.device, n_ctx=args.n_ctx,
     )
@@ -627,7 +632,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     what = f"{args.task.upper()} ({', '.join(config.subjects)})" if config.subjects else args.task.upper()
     print(
         f"inactive-heads demo: {args.model} on real {what}, first {config.limit} questions"
-        f"{' of each subject' if config.subjects else ''}, 0-shot, chat template as lm-eval 0.4.5 applies it, "
+        f"{' of each subject' if config.subjects else ''}, {config.num_fewshot}-shot, chat template as lm-eval "
+        "0.4.5 applies it, "
         f"{args.dtype}.\nScores {', '.join(DEMO_SCORES)} + Random, thresholds at p = "
         f"{', '.join(f'{q:g}' for q in config.quantiles)} of each score's pooled CDF: {runs} runs "
         f"into {args.out}/ (p = 0 reuses the baseline; re-run to resume).\n"

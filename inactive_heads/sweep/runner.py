@@ -717,8 +717,10 @@ def run_local(config: SweepConfig, out: Path, *, model=None, progress: bool = Tr
             model = load_model_for(config, progress)
         else:
             check_model_matches(config, model)
-        prepare_folder(resolved_for(config, model), out)
+        # The inputs first: a task the model cannot be prompted with (e.g. WinoGrande 0-shot with a
+        # chat template) fails before sweep.json is written, leaving the folder as it was.
         plan = plan_for(config, model)
+        prepare_folder(resolved_for(config, model), out)
         head_scores = _local_baseline(config, out, model, plan, progress)
         thresholds = write_thresholds(config, out, head_scores)
         write_reused_runs(config, out, thresholds)

@@ -74,3 +74,20 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     # every run of the demo's plan has a record, with per-question log-likelihoods for agreement/KL
     records = SweepResults.load(demo).records
     assert len(records) == 1 + 3 * 2 and all(len(r["loglikelihoods"]) == 8 for r in records.values())
+
+
+def test_a_sweep_that_cannot_prompt_leaves_its_folder_empty_and_the_demo_runs_winogrande(tiny_dir, tmp_path, capsys):
+    # WinoGrande 0-shot with a chat template has nothing to render: the sweep must fail before it
+    # writes sweep.json, so the same folder then takes another sweep (here the demo's WinoGrande).
+    out = tmp_path / "folder"
+    code = main(["sweep", "--model", tiny_dir, "--task", "winogrande", "--num-fewshot", "0", "--chat", "--limit", "2",
+                 "--scores", "ahon_ln", "--quantiles", "0", "--no-random", "--out", str(out)])
+    assert code != 0 and "empty conversation" in capsys.readouterr().err
+    assert not (out / "sweep.json").exists()
+    code = main(["demo", "--model", tiny_dir, "--task", "winogrande", "--limit", "4", "--quantiles", "0", "0.3",
+                 "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    config = json.loads((out / "sweep.json").read_text())
+    assert config["task"] == "winogrande" and config["num_fewshot"] == 1
+    assert "1-shot" in text and "Reading (n = 4 questions, 95% intervals)" in text
