@@ -70,6 +70,7 @@ help:
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "inactive-heads needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) -V 2>&1): run make setup PYTHON=python3.11 (or newer)"; exit 1; }
 	@test -x $(VPY) || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@if $(VPY) -c 'import torch' >/dev/null 2>&1; then \
 	    echo "torch already installed: $$($(VPY) -c 'import torch; print(torch.__version__)')"; \
