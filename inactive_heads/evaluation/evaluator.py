@@ -27,59 +27,12 @@ from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
 from .generation import GenerationResult, evaluate_generation
-from .tasks import GENERATION_TASKS, TASKS, Request, build_requests
+from .plan import EvalPlan, index_forward_inputs
+from .tasks import GENERATION_TASKS, TASKS, build_requests, task_kind
 from ..core.errors import UserError
 
 
 ATTENTION_MODES = ("auto", *FORMS)
-
-
-@dataclass
-class EvalPlan:
-    """Requests of one task, tokenized once, with their unique forward inputs.
-
-    ``inputs[i]`` is a token list; ``targets[i]`` lists, for that input, the
-    ``(request, choice, first position, continuation tokens)`` it scores. ``n_truncated`` counts
-    the requests (questions) with at least one choice left-truncated to the model context.
-    """
-
-    task: str
-    requests: list[Request]
-    inputs: list[list[int]]
-    targets: list[list[tuple[int, int, int, tuple[int, ...]]]]
-    config: dict[str, Any]
-    n_truncated: int = 0
-    # A part of a larger plan (see :meth:`subset`): the global ids of its inputs and requests.
-    sequence_ids: list[int] | None = None
-    request_ids: list[int] | None = None
-
-    @property
-    def n_requests(self) -> int:
-        return len(self.requests)
-
-    def global_ids(self, indices: torch.Tensor) -> torch.Tensor:
-        """Sequence ids of ``inputs[indices]`` in the whole plan (the ids Random draws are seeded by)."""
-        if self.sequence_ids is None:
-            return indices
-        return torch.tensor([self.sequence_ids[i] for i in indices.tolist()], dtype=torch.long)
-
-    def subset(self, input_indices: Sequence[int]) -> "EvalPlan":
-        """The plan restricted to some inputs (a shard), keeping their global sequence and request
-        ids; requests are those the inputs score (a request may be split across shards)."""
-        requests, request_ids, where = [], [], {}
-        targets = []
-        for i in input_indices:
-            mine = []
-            for r, c, first, cont in self.targets[i]:
-                if r not in where:
-                    where[r] = len(requests)
-                    requests.append(self.requests[r])
-                    request_ids.append(r if self.request_ids is None else self.request_ids[r])
-                mine.append((where[r], c, first, cont))
-            targets.append(mine)
-        ids = [i if self.sequence_ids is None else self.sequence_ids[i] for i in input_indices]
-        return EvalPlan(self.task, requests, [self.inputs[i] for i in input_indices], targets, dict(self.config),
-                        n_truncated=0, sequence_ids=ids, request_ids=request_ids)
 
 
 def plan_evaluation(
@@ -98,9 +51,23 @@ def plan_evaluation(
     input is the last ``n_ctx + 1`` tokens of context + continuation, minus the last token, and the
     continuation is scored at the input's last positions. Requests whose untruncated inputs are
     equal share one forward pass (lm-eval groups them the same way).
+
+    ``task="lm-eval:<task>"`` builds an lm-eval multiple-choice task's requests with lm-eval
+    (:func:`~inactive_heads.evaluation.lm_eval_tasks.plan_lm_eval_task`; ``subjects`` and
+    ``source`` do not apply: name an lm-eval subtask instead).
     """
-    if task not in TASKS:
-        raise UserError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
+    kind = task_kind(task)
+    if kind == "generation":
+        raise UserError(f"{task} is a generation task: run it with ih.evaluate(model, {task!r}) (or "
+                        "evaluate_generation); plan_evaluation builds log-likelihood tasks")
+    if kind == "lm-eval":
+        if subjects is not None or source is not None:
+            raise UserError(f"subjects and source apply to the built-in tasks; {task} takes lm-eval's own "
+                            "documents (name a subtask instead, e.g. lm-eval:mmlu_anatomy)")
+        from .lm_eval_tasks import plan_lm_eval_task
+
+        return plan_lm_eval_task(model, task, limit=limit, num_fewshot=num_fewshot,
+                                 apply_chat_template=apply_chat_template)
     info = model_info(model)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
     requests = build_requests(
@@ -125,49 +92,6 @@ def plan_evaluation(
         "source": source,
     }
     return EvalPlan(task, requests, inputs, targets, config, n_truncated=n_truncated)
-
-
-def index_forward_inputs(
-    task: str, requests: Sequence[Request], n_ctx: int, *, context_name: str = "the model context",
-    fix: str = "load the model with a larger n_ctx",
-) -> tuple[list[list[int]], list[list[tuple[int, int, int, tuple[int, ...]]]], int]:
-    """The unique forward inputs of ``requests``, what each scores, and how many requests were cut.
-
-    The one planning step of every log-likelihood evaluation: :func:`plan_evaluation`,
-    :func:`~inactive_heads.evaluation.lm_eval_tasks.plan_lm_eval_task` and the ``inactive-heads``
-    lm-eval model type. As lm-eval does, choices whose model input (context + continuation minus
-    its last token, before truncation) is the same share one forward pass; an input longer than
-    ``n_ctx`` keeps its last ``n_ctx`` tokens (the last ``n_ctx + 1`` of context + continuation,
-    minus the last one). Returns ``(inputs, targets, n_truncated)`` with ``targets[i]`` =
-    ``(request, choice, first position, continuation)``. ``context_name`` and ``fix`` word the
-    error for an answer longer than ``n_ctx``.
-    """
-    index: dict[tuple[int, ...], int] = {}
-    inputs: list[list[int]] = []
-    targets: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
-    truncated: set[int] = set()
-    for r, req in enumerate(requests):
-        for c, choice in enumerate(req.choices):
-            if not choice.context_ids or not choice.continuation_ids:
-                raise UserError(f"{task} request {req.doc_id} choice {c} has an empty context or continuation")
-            cont = tuple(choice.continuation_ids)
-            if len(cont) > n_ctx:
-                raise UserError(
-                    f"{task} request {req.doc_id} choice {c} has a {len(cont)}-token answer, longer than "
-                    f"{context_name} {n_ctx}; {fix}"
-                )
-            whole = tuple(choice.context_ids) + cont
-            key = whole[:-1]
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(inputs)
-                # lm-eval 0.4.5: keep the last n_ctx + 1 tokens, feed all but the last one.
-                inputs.append(list(whole[-(n_ctx + 1):][:-1]))
-                targets.append([])
-            if len(key) > n_ctx:
-                truncated.add(r)
-            targets[i].append((r, c, len(inputs[i]) - len(cont), cont))
-    return inputs, targets, len(truncated)
 
 
 @dataclass
@@ -448,8 +372,9 @@ def evaluate(
     ...                ablation=DynamicAblation("ahon_ln", 0.4))                  # doctest: +SKIP
     >>> res.accuracy, res.realized_fraction                                       # doctest: +SKIP
 
-    ``task`` is "mmlu", "piqa" or "winogrande" (or an :class:`EvalPlan` from
-    :func:`plan_evaluation`, to tokenize once for many runs). ``apply_chat_template=None`` follows
+    ``task`` is "mmlu", "piqa" or "winogrande", "lm-eval:<task>" (an lm-eval multiple-choice task,
+    its requests built by lm-eval), "gsm8k" (below), or an :class:`EvalPlan` from
+    :func:`plan_evaluation`, to tokenize once for many runs. ``apply_chat_template=None`` follows
     the paper: on for chat/instruct models. ``limit`` = first N questions (of each MMLU subject).
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the

@@ -149,7 +149,7 @@ def plan_lm_eval_task(
     :func:`offline_tasks_dir`, and ``include_path`` — or in ``task_manager`` (an lm-eval
     ``TaskManager``) when given.
     """
-    from .evaluator import EvalPlan, index_forward_inputs
+    from .plan import EvalPlan, index_forward_inputs
     from .request_tokens import RequestTokenizer
     from .tasks import Choice, Request
 

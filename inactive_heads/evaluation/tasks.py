@@ -399,9 +399,33 @@ def _hub_split(name: str, config: str | None, split: str) -> list[dict] | None:
     return ds.to_list()
 
 
+LM_EVAL_TASK = "lm-eval:"
+"""The prefix of an lm-eval task name (``"lm-eval:arc_easy"``): its requests come from lm-eval."""
+
+
+def task_kind(task: str) -> str:
+    """The kind of a task name, the one check every entry point makes: ``"multiple_choice"`` (a
+    built-in log-likelihood task: mmlu, piqa, winogrande), ``"generation"`` (gsm8k) or
+    ``"lm-eval"`` (``lm-eval:<task>``, an lm-eval multiple-choice task); anything else is a
+    one-line error listing every kind accepted.
+
+    >>> task_kind("piqa"), task_kind("gsm8k"), task_kind("lm-eval:arc_easy")
+    ('multiple_choice', 'generation', 'lm-eval')
+    """
+    if task in TASKS:
+        return "multiple_choice"
+    if task in GENERATION_TASKS:
+        return "generation"
+    if isinstance(task, str) and task.startswith(LM_EVAL_TASK) and len(task) > len(LM_EVAL_TASK):
+        return "lm-eval"
+    raise UserError(f"unknown task {task!r}; known: {', '.join(TASKS)} (multiple choice), "
+                    f"{', '.join(GENERATION_TASKS)} (generation), or lm-eval:<task> (an lm-eval multiple-choice "
+                    "task, e.g. lm-eval:arc_easy)")
+
+
 def _check_task(task: str) -> _TaskSpec:
-    if task not in _SPECS:
-        raise UserError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
+    if task_kind(task) != "multiple_choice":
+        raise UserError(f"{task!r} is not a built-in multiple-choice task ({', '.join(TASKS)})")
     return _SPECS[task]
 
 

@@ -119,17 +119,14 @@ class SweepConfig:
     static_calibration: list[int] | None = None
 
     def __post_init__(self):
-        from ..evaluation.tasks import GENERATION_TASKS, TASKS
+        from ..evaluation.tasks import task_kind
 
         if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
             raise UserError(f"imports must be a list of module names, got {self.imports!r}")
         self.imports = list(self.imports)
         import_modules(self.imports)  # before the score keys are checked: the modules may register some
 
-        if (self.task not in TASKS + GENERATION_TASKS
-                and not (self.task.startswith("lm-eval:") and len(self.task) > len("lm-eval:"))):
-            raise UserError(f"unknown task '{self.task}'; known: {', '.join(TASKS + GENERATION_TASKS)}, "
-                            "or lm-eval:<lm-eval task>")
+        task_kind(self.task)
         self._check_generation_options()
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise UserError(f"limit must be a positive integer, got {self.limit!r}")
@@ -493,12 +490,6 @@ def plan_for(config: SweepConfig, model):
         chat = info.is_chat if config.apply_chat_template is None else config.apply_chat_template
         return build_gsm8k_requests(model.tokenizer, limit=config.limit, num_fewshot=config.num_fewshot,
                                     apply_chat_template=chat, prepend_bos=info.prepend_bos)
-    if config.task.startswith("lm-eval:"):  # an lm-eval task, its requests as an EvalPlan (lmeval.py)
-        from ..evaluation.lm_eval_tasks import plan_lm_eval_task
-
-        return plan_lm_eval_task(model, config.task, limit=config.limit, num_fewshot=config.num_fewshot,
-                                 apply_chat_template=config.apply_chat_template)
-
     return plan_evaluation(model, config.task, subjects=config.subjects, limit=config.limit,
                            num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,
                            source=config.source)

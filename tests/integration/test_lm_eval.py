@@ -281,3 +281,13 @@ def test_device_in_model_args_becomes_the_device_option():
     assert args == ["--model_args", "pretrained=x"]
     with pytest.raises(SystemExit, match="device=cpu in --model_args but --device cuda"):
         _device_from_model_args(["--model_args", "pretrained=x,device=cpu", "--device", "cuda"])
+
+
+def test_evaluate_takes_an_lm_eval_task_by_name(smollm2, hflm, tasks):
+    """`ih.evaluate(model, "lm-eval:arc_easy")`, as `sweep --task lm-eval:arc_easy` takes it: lm-eval's
+    own hf model's answers on the same documents."""
+    res = ih.evaluate(smollm2, "lm-eval:arc_easy", limit=6, apply_chat_template=False, progress=False)
+    theirs = run(hflm, tasks, ["arc_easy"], limit=6)
+    assert_same_answers(res.loglikelihoods, per_question(theirs, "arc_easy"))
+    assert res.task == "lm-eval:arc_easy" and res.n == 6
+    assert res.accuracy == theirs["results"]["arc_easy"]["acc,none"]

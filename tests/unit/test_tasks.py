@@ -336,6 +336,19 @@ def test_errors(tok):
     assert TASKS == ("mmlu", "piqa", "winogrande")
     with pytest.raises(ValueError, match=r"unknown task 'x'; known: mmlu, piqa, winogrande"):
         build_requests("x", tok)
+    # One check of task names for every entry point: its error lists every kind a task may be.
+    import inactive_heads as ih
+    from inactive_heads.sweep.runner import SweepConfig
+
+    for call in (lambda: ih.plan_evaluation(None, "hellaswag"), lambda: ih.evaluate(None, "hellaswag"),
+                 lambda: SweepConfig(task="hellaswag"), lambda: ih.plan_evaluation(None, "lm-eval:")):
+        with pytest.raises(ValueError, match=r"unknown task .*; known: mmlu, piqa, winogrande \(multiple choice\), "
+                           r"gsm8k \(generation\), or lm-eval:<task>"):
+            call()
+    with pytest.raises(ValueError, match="gsm8k is a generation task"):
+        ih.plan_evaluation(None, "gsm8k")
+    with pytest.raises(ValueError, match="subjects and source apply to the built-in tasks"):
+        ih.plan_evaluation(None, "lm-eval:mmlu", subjects=["anatomy"])
     with pytest.raises(ValueError, match=r"unknown task 'hellaswag'"):
         load_docs("hellaswag")
     with pytest.raises(ValueError, match=r"unknown MMLU subject 'algebra'.*MMLU_SUBJECTS"):
