@@ -170,9 +170,15 @@ def _task_names(generation: bool = False) -> tuple[str, ...]:
 
 
 def _task_name(text: str, generation: bool = False) -> str:
+    from .core.errors import UserError
+    from .evaluation.tasks import task_kind
+
     names = _task_names(generation)
-    if text in names or (text.startswith("lm-eval:") and len(text) > len("lm-eval:")):
-        return text
+    try:
+        if task_kind(text) != "generation" or generation:
+            return text
+    except UserError:
+        pass
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(names)} or lm-eval:<task>)")
 
 
@@ -235,19 +241,14 @@ def _run_score(args: argparse.Namespace) -> int:
         from .evaluation.texts import read_text_file
 
         inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
-    elif not args.task.startswith("lm-eval:"):
-        from .evaluation.tasks import load_docs
+    else:
+        from .evaluation.tasks import load_docs, task_kind
 
-        load_docs(args.task, subjects=args.subjects, limit=args.limit)
+        if task_kind(args.task) == "multiple_choice":
+            load_docs(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
-    if not args.text_file and args.task.startswith("lm-eval:"):
-        from .evaluation.lm_eval_tasks import plan_lm_eval_task
-
-        plan = plan_lm_eval_task(model, args.task, limit=args.limit, num_fewshot=args.num_fewshot,
-                                 apply_chat_template=args.apply_chat_template)
-        inputs, description = plan.inputs, f"{args.task} evaluation inputs"
-    elif not args.text_file:
-        from .evaluation.evaluator import plan_evaluation
+    if not args.text_file:
+        from .evaluation.evaluator import plan_evaluation  # built-in and lm-eval:<task> alike
 
         plan = plan_evaluation(model, args.task, subjects=args.subjects, limit=args.limit,
                                num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template)

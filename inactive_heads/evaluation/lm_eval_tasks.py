@@ -14,6 +14,7 @@ from typing import Any
 
 from ..models.loading import model_info
 from ..core.errors import UserError
+from .tasks import LM_EVAL_TASK as LM_EVAL_PREFIX  # one spelling of the prefix
 
 
 def _lm_eval():
@@ -108,9 +109,6 @@ def offline_tasks_dir(path: str | Path | None = None) -> Path:
 
 # ----------------------------------------------------------------------------------------------
 # lm-eval tasks as the toolkit's evaluation plans (sweeps over lm-eval tasks)
-
-LM_EVAL_PREFIX = "lm-eval:"
-
 
 def _task_manager(include_path: str | Path | Sequence[str | Path] | None = None, task: str | None = None):
     from lm_eval.tasks import TaskManager

@@ -44,6 +44,7 @@ from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
 from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score, score_label
 from ..core.errors import MissingFileError, UserError
+from ..evaluation.tasks import task_kind
 
 DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
 EXECUTORS = ("local", "ray")
@@ -119,8 +120,6 @@ class SweepConfig:
     static_calibration: list[int] | None = None
 
     def __post_init__(self):
-        from ..evaluation.tasks import task_kind
-
         if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
             raise UserError(f"imports must be a list of module names, got {self.imports!r}")
         self.imports = list(self.imports)
@@ -204,7 +203,7 @@ class SweepConfig:
             return
         if self.static_rule not in RULES:
             raise UserError(f"unknown static_rule '{self.static_rule}'; use one of {', '.join(RULES)}")
-        if self.is_generation or self.task.startswith("lm-eval:"):
+        if task_kind(self.task) != "multiple_choice":
             raise UserError(f"static runs apply to the built-in multiple-choice tasks; remove static_rule for "
                             f"task '{self.task}'")
         cal = self.static_calibration
