@@ -5,6 +5,7 @@ from .curves import (  # noqa: F401
     Points,
     max_fraction_within,
     normalized_auc,
+    auc_ranks,
     rank_by_auc,
     max_fraction_table,
     table2,

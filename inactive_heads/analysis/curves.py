@@ -120,8 +120,21 @@ def normalized_auc(points: Points) -> float:
     return float(np.trapezoid(ys, xs) / span)
 
 
+def auc_ranks(auc: Mapping[str, Real]) -> pd.Series:
+    """The toolkit's one ranking rule, used by the sweep table, the report, ``grid`` and
+    ``report --compare``: by normalized AUC, larger first; equal AUCs share the best of their
+    ranks (competition ranking: 1, 2, 2, 4); a score without an AUC (NaN) has no rank (NaN).
+    Listings put tied scores in the order of their keys (the sweep's score order).
+
+    >>> auc_ranks({"a": 0.5, "b": 0.9, "c": 0.5, "d": 0.1}).tolist()
+    [2.0, 1.0, 2.0, 4.0]
+    """
+    return pd.Series(dict(auc), dtype=float).rank(ascending=False, method="min")
+
+
 def rank_by_auc(curves: Mapping[str, Points]) -> list[tuple[str, float]]:
-    """``[(key, normalized AUC), ...]``, best (largest) first; ties keep the input order."""
+    """``[(key, normalized AUC), ...]``, best (largest) first; ties keep the input order
+    (the listing order of :func:`auc_ranks`)."""
     scored = [(key, normalized_auc(pts)) for key, pts in curves.items()]
     return sorted(scored, key=lambda kv: -kv[1])
 
@@ -206,10 +219,11 @@ def auc_table(results: Mapping[str, Mapping[str, Points]]) -> pd.DataFrame:
 
 
 def rank_table(auc: pd.DataFrame | Mapping[str, Mapping[str, Real]]) -> pd.DataFrame:
-    """Per-model rank of each score by AUC (1 = best; ties share the best rank), plus a
-    ``mean_rank`` row over models. Accepts :func:`auc_table` output or ``{model: {key: auc}}``."""
+    """Per-model rank of each score by AUC (:func:`auc_ranks`: 1 = best, ties share the best
+    rank), plus a ``mean_rank`` row over models. Accepts :func:`auc_table` output or
+    ``{model: {key: auc}}``."""
     df = _auc_frame(auc)
-    ranks = df.rank(axis=1, ascending=False, method="min")
+    ranks = df.apply(lambda row: auc_ranks(row.to_dict()), axis=1)
     ranks.loc["mean_rank"] = ranks.mean(axis=0)
     return ranks
 
@@ -663,6 +677,7 @@ __all__ = [
     "max_fraction_table",
     "max_fraction_within",
     "normalized_auc",
+    "auc_ranks",
     "rank_by_auc",
     "rank_table",
     "spearman_between_models",

@@ -18,6 +18,7 @@ from .curves import (
     Real,
     accuracy_interval,
     answer_agreement,
+    auc_ranks,
     bootstrap_counts,
     bootstrap_indices,
     choice_kl,
@@ -146,7 +147,7 @@ def summary_table(
         })
     frame = pd.DataFrame(rows).sort_values("normalized_auc", ascending=False, kind="stable")
     frame = frame.reset_index(drop=True)
-    frame["rank"] = range(1, len(frame) + 1)
+    frame["rank"] = auc_ranks(dict(zip(frame["score"], frame["normalized_auc"]))).astype(int).to_numpy()
     return frame[COLUMNS]
 
 

@@ -144,3 +144,38 @@ def test_format_table_per_run_rows_with_paired_intervals(sweep_dir):
     assert "48.0 [" in awft and "-2.0 [" in awft and "98.0 [" in awft
     high = float(re.search(r"-2\.0 \[(-?[\d.]+), (-?[\d.]+)\]", awft).group(2))
     assert high < 0
+
+
+def test_one_ranking_rule_with_a_constructed_tie(tmp_path):
+    """Two scores with identical curves tie: the sweep table, the text table and the comparison
+    across folders (grid's and report --compare's) all give them the same, best rank, and the next
+    score the rank after both (1, 2, 2, 4 style)."""
+    from inactive_heads.sweep.grid import compare_table
+
+    folders = []
+    for model in ("toy-a", "toy-b"):
+        path = write_synthetic_sweep(tmp_path / model)
+        config = json.loads((path / "sweep.json").read_text())
+        config["model"] = model
+        (path / "sweep.json").write_text(json.dumps(config))
+        for run in sorted((path / "runs").glob("awft@*.json")):  # aeqd's runs become copies of awft's
+            record = json.loads(run.read_text())
+            twin = run.with_name(run.name.replace("awft@", "aeqd@"))
+            record.update(run_id=record["run_id"].replace("awft@", "aeqd@"), score="aeqd", label="aeqd",
+                          threshold=json.loads(twin.read_text())["threshold"])
+            twin.write_text(json.dumps(record))
+        folders.append(path)
+    frame = summary_table(SweepResults.load(folders[0])).set_index("score")
+    assert frame.loc["awft", "normalized_auc"] == frame.loc["aeqd", "normalized_auc"]
+    ranks = frame["rank"].to_dict()
+    assert ranks["awft"] == ranks["aeqd"]
+    below = [k for k in ranks if frame.loc[k, "normalized_auc"] < frame.loc["awft", "normalized_auc"]]
+    above = [k for k in ranks if frame.loc[k, "normalized_auc"] > frame.loc["awft", "normalized_auc"]]
+    assert below and ranks["awft"] == 1 + len(above)
+    assert all(ranks[k] >= ranks["awft"] + 2 for k in below)
+    text = format_table(SweepResults.load(folders[0]))
+    printed = {label: int(rank) for rank, label in re.findall(r"^ *(\d+)  (AWFT|AEQD)\b", text, re.M)}
+    assert printed == {"AWFT": ranks["awft"], "AEQD": ranks["aeqd"]}
+    compared = compare_table(folders)
+    for _, row in compared.iterrows():
+        assert {k: row[f"rank_{k}"] for k in ranks} == ranks
