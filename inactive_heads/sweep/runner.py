@@ -14,6 +14,13 @@ A sweep writes one results folder::
     questions.parquet   one row per run x question
     .lock               while a driver works on the folder: its host and pid
 
+``sweep.json`` and every record carry ``"format_version"`` (:data:`RESULTS_FORMAT`); a folder
+without one was written before versions were kept (format 1) and reads the same. Reading a folder
+(:meth:`SweepResults.load`, :func:`load_results`, the report) takes its stored options as plain
+data: it imports no user module and checks no name against the registries, so a folder opens on a
+machine without the score modules that produced it. A folder of a newer format is a one-line error
+naming the version it needs.
+
 Re-running the same command skips finished runs, so an interrupted sweep loses nothing. A resume
 must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the batch
 size and the device index may change (answers do not depend on them, log-likelihoods only within
@@ -30,7 +37,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +241,22 @@ class SweepConfig:
         return asdict(self)
 
     @classmethod
+    def stored(cls, d: dict[str, Any]) -> "SweepConfig":
+        """The config a results folder stores, as plain data: no module imported, no option checked
+        (that was done when the sweep ran); an option this version does not know is left out, one
+        it knows that the folder lacks (an older folder) takes its default."""
+        config = object.__new__(cls)
+        for f in fields(cls):
+            if f.name in d:
+                value = d[f.name]
+            elif f.default is not MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()
+            setattr(config, f.name, value)
+        return config
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
@@ -381,6 +404,28 @@ class FolderLock:
             self.mine = False
 
 
+# The results folder format. 1: folders written before a version was kept (no "format_version").
+# 2: "format_version" in sweep.json and in every record.
+RESULTS_FORMAT = 2
+
+
+def read_sweep_json(folder: Path) -> dict[str, Any]:
+    """``folder/sweep.json`` without its ``format_version``, after checking that this version of
+    the toolkit reads that format."""
+    d = json.loads((folder / "sweep.json").read_text())
+    check_format(d.pop("format_version", 1), folder / "sweep.json")
+    return d
+
+
+def check_format(version: Any, where: Path) -> None:
+    """A one-line error for a results file of a format this version cannot read."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UserError(f"'{where}' has format_version {version!r}; expected a positive integer")
+    if version > RESULTS_FORMAT:
+        raise UserError(f"'{where}' is in results format {version}; this inactive-heads reads formats up to "
+                        f"{RESULTS_FORMAT}: upgrade inactive-heads to read it")
+
+
 def stored_config(out: Path) -> SweepConfig | None:
     """The sweep ``out`` holds (None for a new folder), its dtype and device type resolved.
 
@@ -391,7 +436,7 @@ def stored_config(out: Path) -> SweepConfig | None:
     path = out / "sweep.json"
     if not path.is_file():
         return None
-    stored = SweepConfig.from_dict(json.loads(path.read_text()))
+    stored = SweepConfig.from_dict(read_sweep_json(out))
     if stored.dtype != "auto" and stored.device is not None:
         return stored
     records = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))]
@@ -436,7 +481,7 @@ def prepare_folder(config: SweepConfig, out: Path) -> None:
         raise ValueError("prepare_folder needs a resolved config (SweepConfig.resolved)")
     config = config.resolved(dtype=config.dtype, device=config.device)  # the device's type, not its index
     check_folder(config, out)
-    write_json_atomic(out / "sweep.json", config.to_dict())
+    write_json_atomic(out / "sweep.json", {"format_version": RESULTS_FORMAT, **config.to_dict()})
 
 
 def resolved_for(config: SweepConfig, model) -> SweepConfig:
@@ -607,6 +652,7 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
 
         oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
     return {
+        "format_version": RESULTS_FORMAT,
         "run_id": rid,
         "model": config.model,
         "task": result.task,
@@ -664,6 +710,7 @@ def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
     spec = ablation_for(config, key, tau)
     return {
         **baseline,
+        "format_version": RESULTS_FORMAT,
         "run_id": rid,
         "score": key,
         "label": score_label(key),
@@ -827,7 +874,7 @@ class SweepResults:
         config_path = path / "sweep.json"
         if not config_path.is_file():
             raise MissingFileError(f"'{path}' is not a sweep results folder (no sweep.json); run a sweep first")
-        config = SweepConfig.from_dict(json.loads(config_path.read_text()))
+        config = SweepConfig.stored(read_sweep_json(path))
         thresholds = {}
         if (path / "thresholds.json").is_file():
             raw = json.loads((path / "thresholds.json").read_text())
@@ -835,6 +882,7 @@ class SweepResults:
         records = {}
         for f in sorted((path / "runs").glob("*.json")):
             rec = json.loads(f.read_text())
+            check_format(rec.get("format_version", 1), f)
             records[run_id(rec["score"], rec["p"])] = rec  # folders of earlier versions: ids 'x@p=0.30'
         return cls(path, config, thresholds, records)
 

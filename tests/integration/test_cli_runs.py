@@ -9,7 +9,7 @@ from tiny import save_tiny_family
 
 from inactive_heads.cli import main
 from inactive_heads.scoring.recording import HeadScores
-from inactive_heads.sweep.runner import SweepResults
+from inactive_heads.sweep.runner import RESULTS_FORMAT, SweepResults
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,9 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     # every run of the demo's plan has a record, with per-question log-likelihoods for agreement/KL
     records = SweepResults.load(demo).records
     assert len(records) == 1 + 3 * 2 and all(len(r["loglikelihoods"]) == 8 for r in records.values())
+    # the folder format: in sweep.json and in every record (reused p = 0 records included)
+    assert config["format_version"] == RESULTS_FORMAT and {r["format_version"] for r in records.values()} == {
+        RESULTS_FORMAT}
 
 
 def test_a_sweep_that_cannot_prompt_leaves_its_folder_empty_and_the_demo_runs_winogrande(tiny_dir, tmp_path, capsys):

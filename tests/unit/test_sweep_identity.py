@@ -35,6 +35,7 @@ def test_sweep_json_stores_the_resolved_dtype_and_the_device_type(tmp_path):
     prepare_folder(wanted.resolved(dtype="bfloat16", device="cuda:1"), tmp_path)
     stored = json.loads((tmp_path / "sweep.json").read_text())
     assert (stored["dtype"], stored["device"]) == ("bfloat16", "cuda")
+    assert stored.pop("format_version") == 2
     assert SweepConfig.from_dict(stored) == config(dtype="bfloat16", device="cuda")
     with pytest.raises(ValueError, match="needs a resolved config"):
         prepare_folder(config(dtype="auto", device="cpu"), tmp_path / "other")
