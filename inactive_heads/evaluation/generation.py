@@ -488,33 +488,36 @@ class _CachedBridge:
 
 def held_savings(model, prompts: Sequence[Sequence[int]], masks: Bool[Tensor, "prompt layer head"],
                  n_generated: Sequence[int]) -> dict[str, Any]:
-    """Estimated attention FLOPs and KV-cache bytes that held heads need not cost, per generated token.
+    """Estimated decode FLOPs and KV-cache bytes that held heads need not cost, per generated token.
 
-    A held query head needs no attention at decode: ``4 · d_head · keys`` FLOPs per token (the
-    ``q·k`` scores and the weighted sum of values over ``keys`` = the tokens before it). A KV
-    head whose whole query group is held needs no cache: ``2 · d_head · bytes`` per layer and
-    token (keys and values). "Estimated": TransformerLens computes them and zeroes the output.
+    The accountant's counting rules (:mod:`inactive_heads.pruning.accountant`, one FLOP and KV
+    model for the whole toolkit): at a decode step with ``keys`` keys a held query head would save
+    its q and o projections and its attention (``4 · d_model · d_head + 4 · d_head · keys``), a KV
+    head whose whole query group is held its k and v projections (``4 · d_model · d_head``) and
+    its cache (``2 · d_head · bytes`` per token); the fraction is of the whole model's decode
+    FLOPs at that step (MLPs and LM head included). "Estimated": the toolkit computes held heads
+    and zeroes their outputs; nothing is skipped at run time.
     """
-    info = model_info(model)
-    d_head, group = info.d_head, info.n_heads // info.n_kv_heads
+    from ..pruning.accountant import model_shape, removal_counts
+
+    shape = model_shape(model)
     elem = torch.tensor([], dtype=next(model.parameters()).dtype).element_size()
-    flops_saved = flops_all = 0.0
-    kv_saved = 0.0
+    flops_saved = flops_all = kv_saved = 0.0
     tokens = 0
     for mask, prompt, n in zip(masks, prompts, n_generated):
-        held_heads = int(mask.sum())
-        kv_off = int(mask.view(info.n_layers, info.n_kv_heads, group).all(dim=2).sum())
-        # Decode step k (k = 1..n-1) feeds generated token k-1 with len(prompt) + k keys.
-        keys = sum(len(prompt) + k for k in range(1, n))
-        flops_saved += 4.0 * d_head * keys * held_heads
-        flops_all += 4.0 * d_head * keys * info.n_layers * info.n_heads
-        kv_saved += 2.0 * d_head * elem * kv_off * n
+        counts = removal_counts(shape, mask)
+        held, kv_off = int(counts["query_heads"]), int(counts["kv_heads"])
+        for k in range(1, n):  # decode step k feeds generated token k - 1 with len(prompt) + k keys
+            keys = len(prompt) + k
+            flops_saved += held * shape.q_head_flops(keys) + kv_off * shape.kv_head_flops()
+            flops_all += shape.flops_per_token(keys)
+        kv_saved += 2.0 * shape.d_head * elem * kv_off * n
         tokens += n
-    kv_all = 2.0 * d_head * elem * info.n_layers * info.n_kv_heads
+    kv_all = 2.0 * shape.d_head * elem * shape.n_layers * shape.n_kv_heads
     return {
         "kind": "estimated",
-        "attention_flops_saved_per_token": flops_saved / tokens if tokens else 0.0,
-        "attention_flops_saved_fraction": flops_saved / flops_all if flops_all else 0.0,
+        "decode_flops_saved_per_token": flops_saved / tokens if tokens else 0.0,
+        "decode_flops_saved_fraction": flops_saved / flops_all if flops_all else 0.0,
         "kv_cache_bytes_saved_per_token": kv_saved / tokens if tokens else 0.0,
         "kv_cache_bytes_per_token": kv_all,
         "kv_cache_saved_fraction": kv_saved / (kv_all * tokens) if tokens else 0.0,

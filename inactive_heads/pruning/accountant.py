@@ -108,8 +108,10 @@ class ModelShape:
         embed = self.vocab_size * self.d_model
         return embed * (1 if self.tied_embeddings else 2) + self.n_layers * layer + self.d_model
 
-    def q_head_flops(self, attended: int | float) -> float:
-        return float(4 * self.d_model * self.d_head + 4 * self.d_head * attended)
+    def q_head_flops(self, attended):
+        """FLOPs per token of one query head attending to ``attended`` keys (a number, or a tensor
+        of them: elementwise): its q and o projections and its scores and weighted sum."""
+        return 4.0 * self.d_model * self.d_head + 4.0 * self.d_head * attended
 
     def kv_head_flops(self) -> float:
         return float(4 * self.d_model * self.d_head)
@@ -338,7 +340,7 @@ def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=No
         raise UserError(f"lengths must give one length per sequence ({n}); got {tuple(lens.shape)}")
     nq, nkv = counts["query_heads"].double(), counts["kv_heads"].double()
     attended = (lens + 1) / 2
-    removed = nq * (4 * shape.d_model * shape.d_head + 4 * shape.d_head * attended) + nkv * shape.kv_head_flops()
+    removed = nq * shape.q_head_flops(attended) + nkv * shape.kv_head_flops()
     dense = torch.tensor([shape.flops_per_token(float(a)) for a in attended.tolist()], dtype=torch.float64)
     return pd.DataFrame({
         "query_heads_removed": counts["query_heads"].numpy(),

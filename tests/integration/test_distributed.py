@@ -200,4 +200,4 @@ def test_a_gsm8k_sweep_on_ray_equals_the_local_sweep(ray_session, smollm2, tmp_p
     for rid in ("ahon_ln@p=0.3", "random@p=0.3"):  # both zeroed heads (Random seeded by the global ids)
         assert remote.records[rid]["realized_fraction"] > 0 and remote.records[rid]["decision"] == decision
     if decision == "prompt":
-        assert remote.records["ahon_ln@p=0.3"]["savings"]["attention_flops_saved_fraction"] > 0
+        assert remote.records["ahon_ln@p=0.3"]["savings"]["decode_flops_saved_fraction"] > 0

@@ -173,16 +173,30 @@ def test_static_realized_fraction_and_savings_by_hand(model):
     assert savings["kv_cache_bytes_saved_per_token"] == 2 * 8 * 4
     assert savings["kv_cache_bytes_per_token"] == 2 * 8 * 4 * 3 * 2
     assert savings["kv_cache_saved_fraction"] == pytest.approx(1 / 6)
-    # Attention at decode: 4 of 18 heads held on every token.
-    assert savings["attention_flops_saved_fraction"] == pytest.approx(4 / 18)
+    # Decode FLOPs (2 per multiply-add, matrix products only), by hand from the model's sizes: per
+    # token with c keys, a query head 4 D d + 4 d c (q, o, scores, weighted sum), a KV head 4 D d
+    # (k, v), the gated MLPs 3 * 2 D M per layer, the LM head 2 D V. Held: 4 query heads, 1 KV head.
+    info = ih.model_info(model)
+    D, d, M, V = info.d_model, 8, 64, 97
+    saved = total = 0.0
+    lengths = [len(t) for t in runs["prompt"].tokens]
+    for prompt, generated in zip(PROMPTS, lengths):
+        for k in range(1, generated):
+            c = len(prompt) + k
+            saved += 4 * (4 * D * d + 4 * d * c) + 4 * D * d
+            total += 3 * (6 * (4 * D * d + 4 * d * c) + 2 * 4 * D * d + 3 * 2 * D * M) + 2 * D * V
+    assert savings["decode_flops_saved_fraction"] == pytest.approx(saved / total, rel=1e-12)
+    assert savings["decode_flops_saved_per_token"] == pytest.approx(saved / sum(lengths), rel=1e-12)
 
 
 def test_held_savings_counts_keys_by_hand(model):
     masks = torch.zeros((1, 3, 6), dtype=torch.bool)
     masks[0, 0, 5] = True
-    # Prompt of 4 tokens, 3 generated: decode steps see 5 and 6 keys; 4 * d_head 8 * 11 FLOPs.
+    # Prompt of 4 tokens, 3 generated: decode steps see 5 and 6 keys; per step the held head's q and
+    # o projections (4 * d_model * d_head 8) and its attention (4 * d_head 8 * keys).
     s = held_savings(model, [[1, 2, 3, 4]], masks, [3])
-    assert s["attention_flops_saved_per_token"] == pytest.approx(4 * 8 * 11 / 3)
+    d_model = ih.model_info(model).d_model
+    assert s["decode_flops_saved_per_token"] == pytest.approx((2 * 4 * d_model * 8 + 4 * 8 * 11) / 3)
     assert s["kv_cache_bytes_saved_per_token"] == 0.0
 
 
