@@ -148,7 +148,7 @@ def generate(
     prompts: Sequence[Sequence[int]],
     *,
     ablation=None,
-    decision: str = "prompt",
+    decision: str = "per_step",
     max_new_tokens: int = GSM8K_MAX_GEN_TOKS,
     until: Sequence[str] = (),
     eos_token_id: int | None = None,

@@ -202,7 +202,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         *,
         backend: str | None = None,
         device: str | None = None,
-        dtype: Any = "float32",
+        dtype: Any = "auto",
         batch_size: int | str = 8,
         max_batch_size: int | None = None,
         add_bos_token: bool | None = None,
@@ -212,7 +212,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         progress: bool = True,
         attention: str = "auto",
         reuse_prefix: bool | str = False,
-        decision: str = "prompt",
+        decision: str = "per_step",
         use_cache: bool | str = True,
     ):
         TemplateLM.__init__(self)

@@ -378,7 +378,7 @@ def load_model(
     spec: str = DEFAULT_MODEL,
     *,
     backend: str = "auto",
-    dtype: torch.dtype | str = torch.float32,
+    dtype: torch.dtype | str = "auto",
     device: str | None = None,
     n_ctx: int | None = None,
     n_devices: int = 1,
@@ -399,8 +399,8 @@ def load_model(
     scaling, GPT-NeoX) and a ``TransformerBridge`` otherwise, logging which and why;
     ``"hooked"`` on an architecture it cannot build faithfully raises ``ModelLoadError``;
     ``"bridge"`` always wraps the Hugging Face modules. ``dtype``: a torch dtype or its name
-    (``"float32"``, ``"bfloat16"``, ``"float16"``), or ``"auto"``: the config's dtype on a GPU,
-    float32 on the CPU. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or None for
+    (``"float32"``, ``"bfloat16"``, ``"float16"``), or ``"auto"`` (default, as in every entry point
+    of the toolkit): the config's dtype on a GPU, float32 on the CPU. ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or None for
     the first GPU if any, else the CPU; a device that does not exist or cannot compute in
     ``dtype`` is a one-line ``ValueError`` before any weight is read. ``n_ctx``: the context length, by default the
     config's ``max_position_embeddings`` (or its equivalent).

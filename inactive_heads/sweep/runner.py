@@ -103,7 +103,7 @@ class SweepConfig:
     quantiles: list[float] = field(default_factory=lambda: list(DEFAULT_QUANTILES))
     include_random: bool = True
     batch_size: int = 8
-    dtype: str = "float32"
+    dtype: str = "auto"  # the model config's dtype on a GPU, float32 on the CPU (the toolkit's one default)
     backend: str = "auto"  # models.load_model picks the faithful backend per architecture
     device: str | None = None  # None: the first GPU if any, else the CPU (devices.resolve_device)
     n_ctx: int | None = None  # None: the model config's context length

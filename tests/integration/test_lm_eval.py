@@ -160,7 +160,7 @@ def test_calibrated_threshold_comes_from_the_tasks_own_inputs(smollm2, tasks):
 
 
 def test_generation_holds_the_prompts_decision(smollm2, tasks):
-    lm = lm_eval_model(smollm2, ablation="ahon_ln@0.6", progress=False)
+    lm = lm_eval_model(smollm2, ablation="ahon_ln@0.6", decision="prompt", progress=False)
     out = run(lm, tasks, ["nq_open"], limit=2, gen_kwargs=SHORT)
     samples = sorted(out["samples"]["nq_open"], key=lambda s: s["doc_id"])
     assert 0 < lm.stats["generate_until"]["realized_fraction"] < 1

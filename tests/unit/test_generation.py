@@ -237,7 +237,7 @@ def test_zeroed_nan_does_not_survive(model):
     ({"max_new_tokens": 64}, "less than the model context"),
     ({"batch_size": 0}, "batch_size"),
     ({"until": ("Q:",), "max_new_tokens": 4}, "tokenizer"),
-    ({"reuse_prefix": True}, "reuse_prefix applies to decision='per_step'"),
+    ({"reuse_prefix": True, "decision": "prompt", "max_new_tokens": 4}, "reuse_prefix applies to decision='per_step'"),
 ])
 def test_bad_input(model, kwargs, match, monkeypatch):
     if match == "tokenizer":  # stop strings on a model without a tokenizer (the bridge has one)
