@@ -8,6 +8,9 @@
   ``KeyError``, so ``except KeyError`` keeps working.
 - :class:`MissingFileError`: a file or folder the input names does not exist; also a
   ``FileNotFoundError``.
+- :class:`MissingDependencyError`: an optional package a feature needs is not installed; the
+  message names the extra (``pip install 'inactive-heads[lmeval]'``) or the install command. Also
+  a ``ModuleNotFoundError``.
 
 Anything else that escapes is a bug: the command line says so and how to get the traceback.
 """
@@ -30,3 +33,7 @@ class UnknownNameError(UserError, KeyError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A path given as input does not exist; also a ``FileNotFoundError``."""
+
+
+class MissingDependencyError(UserError, ModuleNotFoundError):
+    """An optional package is not installed; the message says what to install."""

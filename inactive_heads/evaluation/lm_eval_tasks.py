@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import model_info
-from ..core.errors import UserError
+from ..core.errors import MissingDependencyError, UserError
 from .tasks import LM_EVAL_TASK as LM_EVAL_PREFIX  # one spelling of the prefix
 
 
@@ -21,8 +21,8 @@ def _lm_eval():
     try:
         import lm_eval
     except ImportError as exc:
-        raise ImportError(
-            "lm-eval tasks need lm-eval; install it with: pip install 'inactive-heads[lmeval]'"
+        raise MissingDependencyError(
+            "lm-eval tasks need lm-eval, which is not installed; install the extra: pip install 'inactive-heads[lmeval]'"
         ) from exc
     return lm_eval
 

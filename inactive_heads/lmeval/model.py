@@ -55,8 +55,11 @@ try:
         postprocess_generated_text,
     )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "inactive_heads.lmeval.model needs lm-eval; install it with: pip install 'inactive-heads[lmeval]'"
+    from ..core.errors import MissingDependencyError
+
+    raise MissingDependencyError(
+        "the lm-eval model type needs lm-eval, which is not installed; install the extra: "
+        "pip install 'inactive-heads[lmeval]'"
     ) from exc
 
 from ..ablation.head_ablation import AblationSpec, HeadAblation

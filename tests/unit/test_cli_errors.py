@@ -53,3 +53,20 @@ def test_an_unknown_score_on_the_command_line_exits_2(capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("inactive-heads sweep: error: unknown score 'ahon_ln2'")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_optional_dependency_is_one_line_naming_the_extra(monkeypatch, capsys):
+    # lm-eval (the "lmeval" extra) is not installed: a user error that says what to install, in one
+    # line and exit 2, not a bug. sys.modules[name] = None makes `import name` fail as if absent.
+    import sys
+
+    from inactive_heads.core.errors import MissingDependencyError
+    from inactive_heads.evaluation.lm_eval_tasks import plan_lm_eval_task
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    with pytest.raises(MissingDependencyError) as err:
+        plan_lm_eval_task(None, "lm-eval:arc_easy")
+    assert isinstance(err.value, UserError) and isinstance(err.value, ModuleNotFoundError)
+    code, out = run_failing(monkeypatch, capsys, err.value)
+    assert code == 2 and out.strip().endswith("pip install 'inactive-heads[lmeval]'")
+    assert len(out.strip().splitlines()) == 1
