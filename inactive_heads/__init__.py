@@ -21,7 +21,7 @@ from .ablation.head_ablation import (
     zero_heads_hook,
 )
 from .scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
-from .core.errors import InactiveHeadsError, MissingFileError, UnknownNameError, UserError
+from .core.errors import InactiveHeadsError, MissingDependencyError, MissingFileError, UnknownNameError, UserError
 from .evaluation.evaluator import EvalPlan, EvalResult, evaluate, plan_evaluation
 from .evaluation.generation import GenerationOutput, GenerationResult, evaluate_generation, generate
 from .models.loading import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
@@ -66,6 +66,7 @@ __all__ = [
     "HeadScores",
     "HeadSet",
     "InactiveHeadsError",
+    "MissingDependencyError",
     "MissingFileError",
     "LayerActivations",
     "ModelInfo",
