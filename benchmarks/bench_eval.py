@@ -76,10 +76,10 @@ def main():
     from inactive_heads.evaluation.evaluator import evaluate, plan_evaluation
 
     torch.set_num_threads(args.threads)
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     info = ih.model_info(model)
     hf_model = AutoModelForCausalLM.from_pretrained(info.source, dtype=torch.float32).eval()
-    bridge = ih.load_model(args.model, backend="bridge", progress=False)
+    bridge = ih.load_model(args.model, backend="bridge", dtype="float32", progress=False)
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit)
     static_heads = [(l, h) for l in range(info.n_layers) for h in range(0, info.n_heads, 4)]
     sweep = [None] + [DynamicAblation("ahon_ln", t).spec for t in args.ahon_ln] + [

@@ -52,7 +52,7 @@ def main():
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     info = ih.model_info(model)
     reqs = build_gsm8k_requests(model.tokenizer, limit=args.prompts, num_fewshot=args.num_fewshot,
                                 apply_chat_template=info.is_chat, prepend_bos=info.prepend_bos)

@@ -68,7 +68,7 @@ def main():
     warnings.filterwarnings("ignore")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     first, end = args.calibration
     if args.check > first:
         raise SystemExit(f"--check {args.check} overlaps the calibration questions from {first}")

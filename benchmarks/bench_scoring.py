@@ -117,7 +117,7 @@ def long_worker(args) -> dict:
     from inactive_heads.models.tl_line import is_hooked_transformer
     from inactive_heads.runtime.hooks import model_device
 
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     device = model_device(model)
     loaded_full = _reset_peak(device)
     info = ih.model_info(model)
@@ -222,7 +222,7 @@ def worker(args) -> dict:
     from inactive_heads.evaluation.evaluator import plan_evaluation
     from inactive_heads.runtime.hooks import make_batches
 
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit)
     sequences = plan.inputs[: args.n]
     batches = list(make_batches(sequences, args.batch_size))

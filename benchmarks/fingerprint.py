@@ -48,7 +48,7 @@ def fingerprint(model_name: str, threads: int) -> dict[str, str]:
 
     torch.set_num_threads(threads)  # another thread count sums in another order: other bits
     torch.manual_seed(0)
-    model = ih.load_model(model_name, progress=False)
+    model = ih.load_model(model_name, dtype="float32", progress=False)
     out: dict[str, str] = {}
     subjects = ["abstract_algebra", "anatomy"]
     plan = ih.plan_evaluation(model, "mmlu", subjects=subjects, limit=6)

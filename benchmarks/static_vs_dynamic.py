@@ -44,7 +44,7 @@ def main():
     if args.n > first:
         raise SystemExit(f"--n {args.n} overlaps the calibration questions from {first}")
     start = time.perf_counter()
-    model = ih.load_model(args.model, progress=False)
+    model = ih.load_model(args.model, dtype="float32", progress=False)
     plan = ih.plan_evaluation(model, "piqa", limit=end)
     cal = [i for i, t in enumerate(plan.targets) if first <= t[0][0] < end]
     held_out = plan.subset([i for i, t in enumerate(plan.targets) if t[0][0] < args.n])
