@@ -24,7 +24,7 @@ group is held (``2 · d_head · bytes`` per layer, KV head and token).
 
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -420,13 +420,12 @@ class _CachedHooked:
         self.logits = self._run(tokens, mask)
 
     @staticmethod
-    def forms(model) -> ExitStack:
+    @contextmanager
+    def forms(model):
         """TransformerLens's own attention runs with a cache (the fast forward steps aside); its
         gated MLPs keep their arithmetic without copying their weights at every step."""
-        stack = ExitStack()
-        stack.enter_context(attention_form(model, "eager"))
-        stack.enter_context(gated_mlps_without_copies(model))
-        return stack
+        with attention_form(model, "eager"), gated_mlps_without_copies(model):
+            yield
 
     def _run(self, tokens: Tensor, mask: Tensor) -> Float[Tensor, "batch vocab"]:
         resid = self.model(tokens, attention_mask=mask, past_kv_cache=self.cache,

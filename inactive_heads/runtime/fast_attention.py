@@ -49,7 +49,7 @@ from weakref import WeakKeyDictionary
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..core.errors import UserError
@@ -205,17 +205,24 @@ class _State:
         elif not right_padded:
             value = (None, None, False)  # left or inner padding: leave it to TransformerLens
         else:
-            causal = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
-            allowed = causal[None, None] & m.to(device)[:, None, None, :]
-            if p:
-                seen = torch.ones((m.shape[0], 1, q_len, p), dtype=torch.bool, device=device)
-                allowed = torch.cat([seen, allowed], dim=-1)
+            allowed = allowed_keys(m.to(device), q_len, p)
             additive = torch.zeros(allowed.shape, dtype=dtype, device=device)
             additive.masked_fill_(~allowed, float("-inf"))
             value = (allowed, additive, True)
         # A prefix-reusing pass alternates between the prefix's mask and its batch's: keep a few.
         self._masks = [(attention_mask, key, value)] + self._masks[:3]
         return value
+
+
+def allowed_keys(valid: Bool[Tensor, "batch pos"], n: int, p: int = 0) -> Bool[Tensor, "batch 1 pos keys"]:
+    """Which keys each query of a right-padded batch sees: every one of ``p`` cached prefix keys,
+    then the causal keys of its own ``n`` positions that are not padding."""
+    causal = torch.ones(n, n, dtype=torch.bool, device=valid.device).tril()
+    allowed = causal[None, None] & valid[:, None, None, :]
+    if p:
+        seen = torch.ones((valid.shape[0], 1, n, p), dtype=torch.bool, device=valid.device)
+        allowed = torch.cat([seen, allowed], dim=-1)
+    return allowed
 
 
 def _fused(self, qh, kh, vh, allowed, group: int) -> Tensor:

@@ -22,10 +22,11 @@ allow-list (:func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`)
 """
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..models.tl_line import is_bridge, is_hooked_transformer
+from .fast_attention import allowed_keys
 
 # Hugging Face model types whose base model is embed -> layers (one rotary table) -> norm.
 _PLAIN_DECODERS = frozenset({"llama", "qwen2", "mistral"})
@@ -93,18 +94,9 @@ class LayerStack:
                 return value
         n = resid.shape[1]
         positions = torch.arange(p, p + n, device=resid.device)[None]
-        allowed = _allowed(mask.to(resid.device).bool(), n, p)
+        allowed = allowed_keys(mask.to(resid.device).bool(), n, p)
         additive = torch.zeros(allowed.shape, dtype=resid.dtype, device=resid.device)
         additive.masked_fill_(~allowed, torch.finfo(resid.dtype).min)
         value = (positions, additive)
         self._masks = [(mask, key, value)] + self._masks[:3]
         return value
-
-
-def _allowed(valid: Bool[Tensor, "batch pos"], n: int, p: int) -> Bool[Tensor, "batch 1 pos keys"]:
-    causal = torch.ones(n, n, dtype=torch.bool, device=valid.device).tril()
-    allowed = causal[None, None] & valid[:, None, None, :]
-    if p:
-        seen = torch.ones((valid.shape[0], 1, n, p), dtype=torch.bool, device=valid.device)
-        allowed = torch.cat([seen, allowed], dim=-1)
-    return allowed
