@@ -33,7 +33,8 @@ def main() -> None:
     import torch
 
     from inactive_heads.sweep.run import run_sweep
-    from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig
+    from inactive_heads.sweep.config import SweepConfig
+    from inactive_heads.sweep.folder import VOLATILE_FIELDS
 
     torch.set_num_threads(1)
     config = SweepConfig(model=args.model, task="mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=0,

@@ -47,7 +47,8 @@ from .pruning import (
     static_heads,
 )
 from .sweep.run import run_sweep
-from .sweep.runner import SweepConfig, SweepResults, load_results, sweep_results
+from .sweep.config import SweepConfig
+from .sweep.results import SweepResults, load_results, sweep_results
 from .evaluation.tasks import TASKS, build_requests, load_docs
 from .evaluation.texts import lambada_passages, read_text_file
 

@@ -137,7 +137,7 @@ def _quantile(text: str) -> float:
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     from .models.loading import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
-    from .sweep.runner import DTYPES
+    from .sweep.config import DTYPES
 
     group = parser.add_argument_group("model")
     group.add_argument(
@@ -356,7 +356,7 @@ def _run_export(args: argparse.Namespace) -> int:
         if not args.score or args.fraction is None:
             raise UserError("choosing heads from scores needs --score KEY and --fraction F (e.g. --score ahon_ln --fraction 0.3)")
         if args.from_sweep:
-            from .sweep.runner import sweep_results
+            from .sweep.results import sweep_results
 
             scores = sweep_results(args.from_sweep).head_scores()
         else:
@@ -431,7 +431,7 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _sweep_config(args: argparse.Namespace):
     from .scoring.scores import PAPER_SCORES
-    from .sweep.runner import SweepConfig
+    from .sweep.config import SweepConfig
 
     if args.imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as ``python -m`` would: modules beside the user's work
@@ -444,7 +444,7 @@ def _sweep_config(args: argparse.Namespace):
         reuse_prefix=args.reuse_prefix, attention=args.attention, imports=list(args.imports),
         decision=args.decision, max_gen_toks=args.max_gen_toks, static_rule=args.static_rule,
         static_calibration=args.static_calibration,
-    )
+    ).validate()
 
 
 def _finish(results_dir) -> int:
@@ -621,14 +621,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     import time
 
     from .sweep.run import run_sweep
-    from .sweep.runner import SweepConfig
+    from .sweep.config import SweepConfig
 
     config = SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
         num_fewshot=DEMO_FEWSHOT[args.task],
         scores=list(DEMO_SCORES), quantiles=list(args.quantiles), batch_size=args.batch_size, dtype=args.dtype,
         device=args.device, n_ctx=args.n_ctx,
-    )
+    ).validate()
     runs = len(config.run_ids())
     what = f"{args.task.upper()} ({', '.join(config.subjects)})" if config.subjects else args.task.upper()
     print(

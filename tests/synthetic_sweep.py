@@ -8,7 +8,7 @@ import torch
 
 from inactive_heads.scoring.calibration import DEFAULT_QUANTILES, calibrate
 from inactive_heads.scoring.recording import HeadScores
-from inactive_heads.sweep.runner import SweepConfig
+from inactive_heads.sweep.config import SweepConfig
 
 SCORES = ("ahon_ln", "awft", "aeqd")
 
@@ -45,7 +45,7 @@ def write_synthetic_sweep(
     """
     path.mkdir(parents=True, exist_ok=True)
     config = SweepConfig(model="toy-model", task="mmlu", subjects=["anatomy"], limit=20, scores=list(scores),
-                         quantiles=list(quantiles), include_random=include_random)
+                         quantiles=list(quantiles), include_random=include_random).validate()
     (path / "sweep.json").write_text(json.dumps(config.to_dict()))
     hs = synthetic_head_scores(scores, n_layers=n_layers, n_heads=n_heads)
     if with_scores_pt and scores:

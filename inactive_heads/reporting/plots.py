@@ -31,7 +31,7 @@ from ..scoring.calibration import Thresholds, pooled_scores
 from ..scoring.recording import HeadScores
 from ..scoring.scores import get_score, score_label  # noqa: F401  (score_label: public here too)
 from ..analysis.tables import BASELINE, runs_table
-from ..sweep.runner import SweepResults
+from ..sweep.results import SweepResults
 from ..core.errors import UnknownNameError, UserError
 
 

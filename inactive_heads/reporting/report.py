@@ -34,7 +34,7 @@ from ..scoring.scores import get_score
 from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
 from ..scoring.scores import score_label
 from ..core.text import text_table
-from ..sweep.runner import SweepResults
+from ..sweep.results import SweepResults
 
 HEATMAP_P = 0.30
 """The nominal fraction whose threshold outlines heads in the report's heatmap (the paper's largest)."""

@@ -2,4 +2,5 @@
 or on Ray, and grids of sweeps across models and tasks."""
 
 from .run import run_sweep
-from .runner import SweepConfig, SweepResults, load_results, sweep_results
+from .config import SweepConfig
+from .results import SweepResults, load_results, sweep_results

@@ -37,8 +37,9 @@ import pandas as pd
 from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
 from ..analysis.tables import BASELINE
 from ..core.io import write_text_atomic
-from .run import run_sweep
-from .runner import EXECUTORS, GENERATION_OPTIONS, SweepConfig, SweepResults
+from .config import GENERATION_OPTIONS, SweepConfig
+from .results import SweepResults
+from .run import EXECUTORS, run_sweep
 from ..core.errors import MissingFileError, UserError
 
 RAY_OPTIONS = ("address", "workers", "gpus_per_worker", "threads_per_worker")
@@ -93,15 +94,15 @@ class GridConfig:
         return [(m, t) for m in self.models for t in self.tasks]
 
     def sweep_config(self, model: str, task: str) -> SweepConfig:
-        """The cell's SweepConfig; the generation options (``decision``, ``max_gen_toks``) go to
-        generation tasks (gsm8k) only, so one grid can mix them with multiple-choice tasks."""
+        """The cell's SweepConfig, validated; the generation options (``decision``, ``max_gen_toks``) go
+        to generation tasks (gsm8k) only, so one grid can mix them with multiple-choice tasks."""
         from ..evaluation.tasks import GENERATION_TASKS
 
         options = dict(self.sweep)
         if task not in GENERATION_TASKS:
             for name in GENERATION_OPTIONS:
                 options.pop(name, None)
-        return SweepConfig(model=model, task=task, **options)
+        return SweepConfig(model=model, task=task, **options).validate()
 
     def folder(self, model: str, task: str) -> Path:
         safe = model.replace("/", "_").replace(":", "_")

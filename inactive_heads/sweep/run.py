@@ -1,8 +1,10 @@
-"""``run_sweep``: one entry point over the two executors (local, Ray) of a sweep folder.
+"""``run_sweep``: validate the config, pick an executor, run the one sweep sequence.
 
-The folder format, the config and the local executor live in :mod:`inactive_heads.sweep.runner`,
-the Ray executor in :mod:`inactive_heads.sweep.ray_executor` (which builds on the runner); this
-module only picks one, so no executor imports another.
+The config lives in :mod:`inactive_heads.sweep.config`, the folder format in
+:mod:`inactive_heads.sweep.folder`, the sequence (lock, folder, baseline, thresholds, runs,
+tables) in :mod:`inactive_heads.sweep.sequence`, the executors in
+:mod:`inactive_heads.sweep.executors` (Ray is imported only when ``executor="ray"``), the read
+side in :mod:`inactive_heads.sweep.results`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ import os
 from pathlib import Path
 
 from ..core.errors import UserError
-from .runner import EXECUTORS, SweepConfig, SweepResults, run_local
+from .config import SweepConfig
+from .executors.local import LocalExecutor
+from .results import SweepResults
+from .sequence import run_sequence
+
+EXECUTORS = ("local", "ray")
 
 
 def run_sweep(
@@ -35,6 +42,7 @@ def run_sweep(
     threads) run shards of the inputs; ``address`` joins an existing Ray cluster (``"auto"`` or
     ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
     """
+    config.validate()  # the write side's one check: imports config.imports, checks every option
     if executor not in EXECUTORS:
         raise UserError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
     out = Path(out_dir)
@@ -44,13 +52,14 @@ def run_sweep(
         if config.static_rule is not None:
             raise UserError("static runs (static_rule) run on the local executor only; use executor='local' "
                             "(--executor local)")
-        from .ray_executor import run_sweep_ray
+        from .executors.ray import RayExecutor
 
-        return run_sweep_ray(config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
-                             threads_per_worker=threads_per_worker, shards=shards, progress=progress)
+        return run_sequence(config, out, RayExecutor(
+            config, out, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
+            threads_per_worker=threads_per_worker, shards=shards, progress=progress))
     if address is not None or workers is not None or gpus_per_worker is not None or shards is not None:
         raise UserError("address, workers, gpus_per_worker and shards apply to executor='ray' only")
-    return run_local(config, out, model=model, progress=progress)
+    return run_sequence(config, out, LocalExecutor(config, out, model=model, progress=progress))
 
 
-__all__ = ["run_sweep"]
+__all__ = ["EXECUTORS", "run_sweep"]

@@ -9,7 +9,8 @@ from tiny import save_tiny_family
 
 from inactive_heads.cli import main
 from inactive_heads.scoring.recording import HeadScores
-from inactive_heads.sweep.runner import RESULTS_FORMAT, SweepResults
+from inactive_heads.sweep.folder import RESULTS_FORMAT
+from inactive_heads.sweep.results import SweepResults
 
 
 @pytest.fixture(scope="module")

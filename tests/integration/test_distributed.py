@@ -19,9 +19,10 @@ import torch
 
 from inactive_heads.core.errors import UserError
 from inactive_heads.scoring import scores as score_registry
-from inactive_heads.sweep import ray_executor as distributed
+from inactive_heads.sweep.config import SweepConfig
+from inactive_heads.sweep.executors import ray as distributed
+from inactive_heads.sweep.folder import VOLATILE_FIELDS
 from inactive_heads.sweep.run import run_sweep
-from inactive_heads.sweep.runner import VOLATILE_FIELDS, SweepConfig
 
 pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
 
@@ -37,6 +38,31 @@ def tiny_config(**overrides):
 
 def stable(records):
     return {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in records.items()}
+
+
+@pytest.fixture
+def crash_once(monkeypatch, tmp_path):
+    """Fault injection: ``crash_once(run id, shard)`` makes the worker that runs that shard exit
+    mid-task once, as a lost machine would; returns the marker file that records that it did.
+    The executor starts its actors from ``distributed.Worker``, here a subclass defined in this
+    test (Ray ships it to the actors by value; on a restart the marker stops a second crash)."""
+
+    def arm(rid, shard):
+        marker = str(tmp_path / "crashed")
+        base = distributed.Worker
+
+        class CrashingWorker(base):
+            def run_shard(self, run, part, *args):
+                if (run, part) == (rid, shard) and not os.path.exists(marker):
+                    with open(marker, "w") as f:
+                        f.write(str(os.getpid()))
+                    os._exit(1)  # the process dies mid-task
+                return base.run_shard(self, run, part, *args)
+
+        monkeypatch.setattr(distributed, "Worker", CrashingWorker)
+        return tmp_path / "crashed"
+
+    return arm
 
 
 @pytest.fixture
@@ -92,9 +118,8 @@ def local(smollm2, tmp_path_factory):
         torch.set_num_threads(threads)
 
 
-def test_ray_records_equal_local_records_even_when_a_worker_dies_mid_task(ray_session, local, tmp_path, monkeypatch):
-    marker = tmp_path / "crashed"
-    monkeypatch.setattr(distributed, "_crash_once", ("ahon_ln@p=0.3", 1, str(marker)))
+def test_ray_records_equal_local_records_even_when_a_worker_dies_mid_task(ray_session, local, tmp_path, crash_once):
+    marker = crash_once("ahon_ln@p=0.3", 1)
     # one worker: the sweep can only finish if the dead actor is replaced and its task re-run
     remote = run_sweep(tiny_config(), tmp_path / "sweep", executor="ray", workers=1, shards=3, progress=False)
     assert marker.is_file()  # the worker process did exit in the middle of that task

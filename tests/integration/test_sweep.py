@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 from inactive_heads.sweep.run import run_sweep
-from inactive_heads.sweep.runner import SweepConfig, SweepResults
+from inactive_heads.sweep.config import SweepConfig
+from inactive_heads.sweep.results import SweepResults
 
 # The submodule itself: ``inactive_heads.evaluation.evaluator`` as an attribute is the exported function.
 evaluate_module = importlib.import_module("inactive_heads.evaluation.evaluator")
@@ -145,16 +146,18 @@ def test_a_different_sweep_in_the_same_folder_is_refused(complete, smollm2):
 
 
 def test_config_round_trips_and_validates():
-    cfg = small_config()
+    cfg = small_config().validate()
     assert SweepConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="unknown task 'mmlu2'"):
-        small_config(task="mmlu2")
+        small_config(task="mmlu2").validate()
     with pytest.raises(ValueError, match="limit must be a positive integer, got 0"):
-        small_config(limit=0)
+        small_config(limit=0).validate()
     with pytest.raises(KeyError, match="unknown score 'ahon_ln2'"):
-        small_config(scores=["ahon_ln2"])
+        small_config(scores=["ahon_ln2"]).validate()
     with pytest.raises(ValueError, match="quantiles"):
-        small_config(quantiles=[1.5])
+        small_config(quantiles=[1.5]).validate()
+    with pytest.raises(ValueError, match="limit must be a positive integer, got 0"):  # run_sweep validates
+        run_sweep(small_config(limit=0), "never-written", progress=False)
     with pytest.raises(ValueError, match="unknown sweep option"):
         SweepConfig.from_dict({"modle": "x"})
 
@@ -165,7 +168,7 @@ def test_run_ids_are_unique_for_close_quantiles():
     assert len(ids) == len(set(ids)) == 1 + 3 * 3
     assert "awft@p=0.001" in ids and "awft@p=0.004" in ids
     with pytest.raises(ValueError, match="quantiles must be distinct"):
-        small_config(quantiles=[0.1, 0.1])
+        small_config(quantiles=[0.1, 0.1]).validate()
 
 
 @pytest.mark.parametrize(
@@ -196,7 +199,7 @@ def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
     import subprocess
     import sys
 
-    from inactive_heads.sweep.runner import FolderLock
+    from inactive_heads.sweep.folder import FolderLock
 
     with FolderLock(tmp_path):
         with pytest.raises(RuntimeError, match=f"in use by another sweep \\(pid {os.getpid()} on"):

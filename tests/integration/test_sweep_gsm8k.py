@@ -8,7 +8,7 @@ import pytest
 import inactive_heads as ih
 from inactive_heads.evaluation.tasks import build_gsm8k_requests
 from inactive_heads.sweep.run import run_sweep
-from inactive_heads.sweep.runner import SweepConfig
+from inactive_heads.sweep.config import SweepConfig
 
 generation_module = importlib.import_module("inactive_heads.evaluation.generation")
 LIMIT, SHOTS, NEW = 2, 0, 6

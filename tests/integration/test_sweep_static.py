@@ -9,7 +9,7 @@ import torch
 import inactive_heads as ih
 from inactive_heads.reporting.report import write_report
 from inactive_heads.sweep.run import run_sweep
-from inactive_heads.sweep.runner import SweepConfig
+from inactive_heads.sweep.config import SweepConfig
 
 LIMIT, CALIBRATION = 8, [100, 110]
 

@@ -6,7 +6,7 @@ import pytest
 from synthetic_sweep import synthetic_head_scores, write_synthetic_sweep
 
 from inactive_heads.cli import main
-from inactive_heads.sweep.runner import SweepResults
+from inactive_heads.sweep.results import SweepResults
 
 
 def run(capsys, *argv):

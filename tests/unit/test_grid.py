@@ -9,7 +9,7 @@ from synthetic_sweep import write_synthetic_sweep
 from inactive_heads.cli import main
 from inactive_heads.sweep.grid import GridConfig, compare_table
 from inactive_heads.reporting.report import summary_table
-from inactive_heads.sweep.runner import SweepResults
+from inactive_heads.sweep.results import SweepResults
 
 
 def two_models(tmp_path):
@@ -70,7 +70,7 @@ def test_grid_file_is_checked_before_anything_runs(tmp_path):
 def test_sweep_cli_refuses_ray_options_without_ray_and_a_locked_folder(tmp_path, capsys):
     import os
 
-    from inactive_heads.sweep.runner import FolderLock
+    from inactive_heads.sweep.folder import FolderLock
 
     assert main(["sweep", "--out", str(tmp_path / "x"), "--workers", "2", "--scores", "awft"]) == 2
     assert "need --executor ray" in capsys.readouterr().err

@@ -285,7 +285,8 @@ def test_cli_refuses_a_missing_gpu_before_loading(command, monkeypatch, tmp_path
 
 def test_run_sweep_checks_a_passed_model_against_its_config(tmp_path):
     from inactive_heads.models.tl_line import has_hooked_transformer
-    from inactive_heads.sweep.runner import SweepConfig, check_model_matches
+    from inactive_heads.sweep.config import SweepConfig
+    from inactive_heads.sweep.passes import check_model_matches
 
     model = tiny_gqa_model()  # float32, n_ctx 64, on the CPU; a HookedTransformer on 3.9, a bridge on 4
     backend, other = ("hooked", "bridge") if has_hooked_transformer() else ("bridge", "hooked")

@@ -9,7 +9,7 @@ from synthetic_sweep import write_synthetic_sweep
 from inactive_heads.reporting import plots
 from inactive_heads.scoring.calibration import calibrate
 from inactive_heads.scoring.recording import HeadScores
-from inactive_heads.sweep.runner import SweepResults
+from inactive_heads.sweep.results import SweepResults
 
 L, H, N = 4, 3, 5
 

@@ -7,7 +7,8 @@ import pytest
 from synthetic_sweep import write_synthetic_sweep
 
 from inactive_heads.reporting.report import format_table, missing_runs, summary_table, write_report
-from inactive_heads.sweep.runner import SweepConfig, SweepResults
+from inactive_heads.sweep.config import SweepConfig
+from inactive_heads.sweep.results import SweepResults
 
 LABELS = ["AHON (LN)", "AWFT", "AEQD", "Random"]
 # Synthetic curves (see write_synthetic_sweep): baseline 50, line at 49.

@@ -14,7 +14,9 @@ import pytest
 
 from inactive_heads.core.errors import UserError
 from inactive_heads.reporting.report import format_table, write_report
-from inactive_heads.sweep.runner import RESULTS_FORMAT, SweepConfig, SweepResults, load_results, prepare_folder
+from inactive_heads.sweep.config import SweepConfig
+from inactive_heads.sweep.folder import RESULTS_FORMAT, prepare_folder
+from inactive_heads.sweep.results import SweepResults, load_results
 
 FORMAT_1 = Path(__file__).parent.parent / "fixtures" / "sweep_format_1"
 
@@ -50,8 +52,8 @@ def test_reading_a_folder_needs_neither_the_users_modules_nor_their_scores(old_f
         record.update(score="my_score", label="my_score", run_id=record["run_id"].replace("awft", "my_score"))
         path.with_name(path.name.replace("awft", "my_score")).write_text(json.dumps(record))
         path.unlink()
-    with pytest.raises(UserError):  # running it here would need the module
-        SweepConfig.from_dict(config)
+    with pytest.raises(UserError, match="cannot import module 'my_lab_scores_not_installed_here'"):
+        SweepConfig.from_dict(config).validate()  # running it here would need the module
     results = SweepResults.load(old_folder)
     assert results.config.imports == ["my_lab_scores_not_installed_here"]
     assert "my_score" in results.score_keys and results.is_complete

@@ -10,19 +10,15 @@ import torch
 
 from inactive_heads.core.errors import UserError
 from inactive_heads.scoring import scores as score_registry
-from inactive_heads.sweep.ray_executor import _pack_flags, merge_generation_shards, pool_size
-from inactive_heads.sweep.runner import (
-    SweepConfig,
-    check_folder,
-    prepare_folder,
-    stored_config,
-)
+from inactive_heads.sweep.config import SweepConfig
+from inactive_heads.sweep.executors.ray import _pack_flags, merge_generation_shards, pool_size
+from inactive_heads.sweep.folder import check_folder, prepare_folder, stored_config
 
 
 def config(**overrides):
     base = {"model": "smollm2-135m", "task": "piqa", "limit": 4, "scores": ["ahon_ln"], "quantiles": [0.0, 0.3]}
     base.update(overrides)
-    return SweepConfig(**base)
+    return SweepConfig(**base).validate()
 
 
 def write_record(out, rid, dtype, device):
@@ -117,7 +113,11 @@ def user_module(tmp_path, monkeypatch):
 def test_imports_register_user_scores_before_the_scores_are_checked(user_module):
     with pytest.raises(KeyError, match="unknown score 'max_key_weight_user'"):
         config(scores=["max_key_weight_user"])
+    plain = SweepConfig(scores=["max_key_weight_user"], imports=[user_module])  # plain data: imports nothing
+    assert user_module not in sys.modules and SweepConfig.from_dict(plain.to_dict()) == plain
+    assert user_module not in sys.modules
     cfg = config(scores=["max_key_weight_user"], imports=[user_module])
+    assert user_module in sys.modules
     assert SweepConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(UserError, match="cannot import module 'no_such_module_xyz'"):
         config(imports=["no_such_module_xyz"])
@@ -189,8 +189,8 @@ def test_generation_shards_merge_their_counts_not_their_fractions():
 
 
 def test_generation_options_are_checked_in_one_line():
-    assert SweepConfig(task="gsm8k").decision == "per_step"  # the authors' protocol, written out in sweep.json
-    assert SweepConfig(task="gsm8k", reuse_prefix=True).reuse_prefix  # per_step runs the few-shot prefix once
+    assert SweepConfig(task="gsm8k").validate().decision == "per_step"  # the authors' protocol, in sweep.json
+    assert SweepConfig(task="gsm8k", reuse_prefix=True).validate().reuse_prefix  # per_step: the prefix once
     for options, message in (
         ({"task": "gsm8k", "decision": "per_token"}, "unknown decision 'per_token'; use one of per_step, prompt"),
         ({"task": "mmlu", "decision": "prompt"}, "apply to generation tasks (gsm8k) only"),
@@ -201,7 +201,7 @@ def test_generation_options_are_checked_in_one_line():
          "reuse_prefix applies to decision 'per_step' in generation tasks, got decision 'prompt'"),
     ):
         with pytest.raises(UserError, match=re.escape(message)):
-            SweepConfig(**options)
+            SweepConfig(**options).validate()
 
 
 def test_the_cli_passes_the_generation_options_to_the_config():
@@ -216,7 +216,8 @@ def test_the_cli_passes_the_generation_options_to_the_config():
 def test_static_options_are_checked_in_one_line():
     from inactive_heads.sweep.run import run_sweep
 
-    ok = SweepConfig(task="piqa", limit=100, quantiles=[0.0, 0.1], static_rule="mean", static_calibration=[100, 200])
+    ok = SweepConfig(task="piqa", limit=100, quantiles=[0.0, 0.1], static_rule="mean",
+                     static_calibration=[100, 200]).validate()
     assert [rid for rid, _, _ in ok.run_ids() if "@static" in rid][:1] == ["awft@static@p=0.1"]
     assert not [rid for rid, _, _ in ok.run_ids() if "@static@p=0.0" in rid]
     for options, message in (
@@ -231,6 +232,6 @@ def test_static_options_are_checked_in_one_line():
          "built-in multiple-choice tasks"),
     ):
         with pytest.raises(UserError, match=re.escape(message)):
-            SweepConfig(**options)
+            SweepConfig(**options).validate()
     with pytest.raises(UserError, match="local executor only"):
         run_sweep(ok, "unused-folder", executor="ray")

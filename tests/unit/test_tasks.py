@@ -338,10 +338,10 @@ def test_errors(tok):
         build_requests("x", tok)
     # One check of task names for every entry point: its error lists every kind a task may be.
     import inactive_heads as ih
-    from inactive_heads.sweep.runner import SweepConfig
+    from inactive_heads.sweep.config import SweepConfig
 
     for call in (lambda: ih.plan_evaluation(None, "hellaswag"), lambda: ih.evaluate(None, "hellaswag"),
-                 lambda: SweepConfig(task="hellaswag"), lambda: ih.plan_evaluation(None, "lm-eval:")):
+                 lambda: SweepConfig(task="hellaswag").validate(), lambda: ih.plan_evaluation(None, "lm-eval:")):
         with pytest.raises(ValueError, match=r"unknown task .*; known: mmlu, piqa, winogrande \(multiple choice\), "
                            r"gsm8k \(generation\), or lm-eval:<task>"):
             call()

@@ -44,43 +44,23 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..core.errors import UserError
-from ..core.io import write_json_atomic
-from .runner import (
-    BASELINE,
-    SCORES_FILE,
-    FolderLock,
-    SweepConfig,
-    SweepResults,
-    ablation_for,
-    check_folder,
-    device_type,
-    evaluate_run,
-    find_scores_file,
-    load_model_for,
-    make_record,
-    pending_runs,
-    plan_for,
-    prepare_folder,
-    record_path,
-    scores_description,
-    sweep_inputs,
-    write_reused_runs,
-    write_thresholds,
-)
+from ...analysis.tables import BASELINE
+from ...core.errors import UserError
+from ...core.io import write_json_atomic
+from ...scoring.calibration import Thresholds
+from ..config import SweepConfig, ablation_for, device_type
+from ..folder import make_record, record_path
+from ..passes import evaluate_run, load_model_for, plan_for, scores_description, sweep_inputs
 
 MAX_RESTARTS = 3
 PLACEMENT_TIMEOUT_S = 120.0  # how long Ray may take to find room for the workers
-# Fault injection for the tests, never set otherwise: (run id, shard, marker file) makes the worker
-# that runs that shard exit mid-task once (the marker records that it did), as a lost machine would.
-_crash_once: tuple | None = None
 # A generation shard's outcome per question, put back in question order when its run is assembled.
 GENERATION_QUESTION_FIELDS = ("generations", "answers", "correct", "correct_flexible", "n_generated_per_question")
 
 
 def shard_layout(inputs: list[list[int]], batch_size: int, n_shards: int) -> list[list[int]]:
     """Input indices of each shard: contiguous runs of whole batches in the evaluator's batch order."""
-    from ..runtime.hooks import make_batches
+    from ...runtime.hooks import make_batches
 
     batches = [b.indices.tolist() for b in make_batches(inputs, batch_size)]
     n_shards = max(1, min(n_shards, len(batches)))
@@ -91,21 +71,20 @@ def shard_layout(inputs: list[list[int]], batch_size: int, n_shards: int) -> lis
 class Worker:
     """One model, loaded once; evaluates shards of the sweep's plan (wrapped by ``ray.remote``)."""
 
-    def __init__(self, config: dict[str, Any], threads: int, *, _crash_once: tuple | None = None):
+    def __init__(self, config: dict[str, Any], threads: int):
         import torch
 
         torch.set_num_threads(threads)
-        self.config = SweepConfig.from_dict(config)  # imports config.imports first
+        self.config = SweepConfig.from_dict(config).validate()  # imports config.imports first
         self.model = load_model_for(self.config, progress=False)
         self.plan = plan_for(self.config, self.model)
-        self.crash_once = _crash_once
 
     def environment(self) -> dict[str, Any]:
         """What this worker computes in: the model's dtype and device, and its torch threads."""
         import torch
 
-        from ..models.loading import model_info
-        from ..runtime.hooks import model_device
+        from ...models.loading import model_info
+        from ...runtime.hooks import model_device
 
         return {"dtype": model_info(self.model).dtype, "device": str(model_device(self.model)),
                 "threads": torch.get_num_threads()}
@@ -115,9 +94,6 @@ class Worker:
 
     def run_shard(self, rid: str, shard: int, indices: list[int], spec: dict | None,
                   record: list[str] | None) -> dict[str, Any]:
-        if self.crash_once and (rid, shard) == tuple(self.crash_once[:2]) and not os.path.exists(self.crash_once[2]):
-            Path(self.crash_once[2]).write_text(str(os.getpid()))
-            os._exit(1)  # the process dies mid-task, as a lost machine would
         ablation = None if spec is None else _build(spec)
         shard_of = self._generation_shard if self.config.is_generation else self._likelihood_shard
         out, result = shard_of(indices, ablation, record or None)
@@ -127,12 +103,8 @@ class Worker:
         return out
 
     def _likelihood_shard(self, indices: list[int], ablation, record: list[str] | None) -> tuple[dict[str, Any], Any]:
-        from ..evaluation.evaluator import evaluate
-
         sub = self.plan.subset(indices)
-        result = evaluate(self.model, sub, ablation=ablation, batch_size=self.config.batch_size, progress=False,
-                          record=record, reuse_prefix=self.config.reuse_prefix,
-                          attention=self.config.evaluate_attention)
+        result = evaluate_run(self.config, self.model, sub, ablation, progress=False, record=record)
         lls = [[sub.request_ids[r], c, result.loglikelihoods[r][c]]
                for targets in sub.targets for r, c, _, _ in targets]
         return {
@@ -168,8 +140,8 @@ class Worker:
     def assemble(self, rid: str, key: str | None, q: float | None, tau: float | None,
                  shards: list[dict[str, Any]]) -> dict[str, Any]:
         """The run record from its shards, through the evaluator's own summary step."""
-        from ..evaluation.evaluator import summarize
-        from ..models.loading import model_info
+        from ...evaluation.evaluator import summarize
+        from ...models.loading import model_info
 
         if self.config.is_generation:
             return self._assemble_generation(rid, key, q, tau, shards)
@@ -194,9 +166,9 @@ class Worker:
         savings of every question's held heads (the local executor's own computation)."""
         import torch
 
-        from ..evaluation.generation import GenerationResult, _check_prompts, held_savings
-        from ..evaluation.tasks import GSM8K_MAX_GEN_TOKS
-        from ..models.loading import model_info
+        from ...evaluation.generation import GenerationResult, _check_prompts, held_savings
+        from ...evaluation.tasks import GSM8K_MAX_GEN_TOKS
+        from ...models.loading import model_info
 
         info = model_info(self.model)
         merged = merge_generation_shards(shards, info.n_layers, info.n_heads)
@@ -223,7 +195,7 @@ class Worker:
         """The shards' recorded scores in input order, with the metadata record_scores gives."""
         import torch
 
-        from ..scoring.recording import HeadScores, scores_metadata
+        from ...scoring.recording import HeadScores, scores_metadata
 
         order = torch.tensor(sum((p["inputs"] for p in shards), []), dtype=torch.long)
         scores = {}
@@ -280,7 +252,7 @@ def _summed_stats(counts: list[dict[str, Any]], n_layers: int, n_heads: int, mas
     """One :class:`AblationStats` of the shards' counts (``n_sequences``, ``flagged_per_layer``), summed."""
     import torch
 
-    from ..ablation.head_ablation import AblationStats
+    from ...ablation.head_ablation import AblationStats
 
     flagged = torch.tensor([c["flagged_per_layer"] for c in counts], dtype=torch.long).sum(dim=0)
     return AblationStats(n_layers, n_heads, n_sequences=sum(c["n_sequences"] for c in counts),
@@ -312,7 +284,7 @@ def _unpack_flags(packed: list[str], n_layers: int, n_heads: int):
 
 
 def _build(spec: dict[str, Any]):
-    from ..ablation.head_ablation import AblationSpec
+    from ...ablation.head_ablation import AblationSpec
 
     return AblationSpec.from_dict(spec).build()
 
@@ -321,40 +293,65 @@ def _build(spec: dict[str, Any]):
 # The driver
 
 
-def run_sweep_ray(config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
-                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
-                  shards: int | None = None, progress: bool = True) -> SweepResults:
-    """The Ray executor behind ``run_sweep(..., executor="ray")``."""
-    import ray
+class RayExecutor:
+    """Runs a sweep's passes on Ray actors (:class:`~inactive_heads.sweep.sequence.Executor`):
+    ``run_sweep(..., executor="ray")``. Ray is imported here, when this executor is chosen."""
 
-    threads = threads_per_worker or 1
-    if threads < 1 or (workers is not None and workers < 1) or (gpus_per_worker is not None and gpus_per_worker < 0):
-        raise UserError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
-                         f"workers={workers}, threads_per_worker={threads_per_worker}, gpus_per_worker={gpus_per_worker}")
-    with FolderLock(out):
-        check_folder(config, out)  # before any worker loads; dtype and device once they have
-        started = _connect(ray, address, workers, threads)
-        pool, group = [], None
-        try:
-            pool, group = _start_workers(ray, config, workers, threads, float(gpus_per_worker or 0))
-            prepare_folder(_resolved(ray, config, pool), out)
-            layout = _layout(ray, out, pool, shards or 2 * len(pool))
-            head_scores = _baseline(ray, config, out, pool, layout, progress)
-            thresholds = write_thresholds(config, out, head_scores)
-            write_reused_runs(config, out, thresholds)
-            _runs(ray, config, out, pool, layout, thresholds, progress)
-        finally:
-            for actor in pool:
-                ray.kill(actor)
-            if group is not None:
-                from ray.util.placement_group import remove_placement_group
+    def __init__(self, config: SweepConfig, out: Path, *, address: str | None = None, workers: int | None = None,
+                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
+                 shards: int | None = None, progress: bool = True):
+        import ray
 
-                remove_placement_group(group)
-            if started:
-                ray.shutdown()
-        results = SweepResults.load(out)
-        results.write_tables()
-    return results
+        threads = threads_per_worker or 1
+        if threads < 1 or (workers is not None and workers < 1) or (gpus_per_worker is not None and gpus_per_worker < 0):
+            raise UserError(f"workers and threads_per_worker must be >= 1 and gpus_per_worker >= 0, got "
+                             f"workers={workers}, threads_per_worker={threads_per_worker}, gpus_per_worker={gpus_per_worker}")
+        self.ray, self.config, self.out, self.progress = ray, config, out, progress
+        self.address, self.workers, self.threads, self.gpus = address, workers, threads, float(gpus_per_worker or 0)
+        self.shards = shards
+        self.started, self.pool, self.group, self._shard_layout = False, [], None, None
+
+    def start(self) -> SweepConfig:
+        self.started = _connect(self.ray, self.address, self.workers, self.threads)
+        self.pool, self.group = _start_workers(self.ray, self.config, self.workers, self.threads, self.gpus)
+        return _resolved(self.ray, self.config, self.pool)
+
+    @property
+    def layout(self) -> list[list[int]]:
+        """The shard layout, read or fixed (once ``sweep.json`` is written) on first use."""
+        if self._shard_layout is None:
+            self._shard_layout = _layout(self.ray, self.out, self.pool, self.shards or 2 * len(self.pool))
+        return self._shard_layout
+
+    def baseline(self, scores: bool, record: bool):
+        """Step 1: the unablated pass per shard (recording the scores), pooled in input order by a worker."""
+        ray, pool, layout = self.ray, self.pool, self.layout
+        recorded = tuple(self.config.scores) if scores else None
+        tasks = [(BASELINE, None, None, None, k, recorded) for k in range(len(layout))]
+        parts = _execute(ray, self.config, self.out, pool, layout, tasks, {BASELINE: (None, None, None)},
+                         self.progress, "baseline shards")
+        if not scores:
+            return None
+        return ray.get(pool[0].pooled_scores.remote(parts[BASELINE], sum(p["seconds"] for p in parts[BASELINE])))
+
+    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
+        """Step 2: every (run, shard) of the runs still to do."""
+        runs = {rid: (key, q, thresholds[key].at(q)) for rid, key, q in todo}
+        tasks = [(rid, key, q, tau, k, None) for rid, (key, q, tau) in runs.items() for k in range(len(self.layout))]
+        _execute(self.ray, self.config, self.out, self.pool, self.layout, tasks, runs, self.progress, "sweep shards")
+
+    def close(self) -> None:
+        for actor in self.pool:
+            self.ray.kill(actor)
+        self.pool = []
+        if self.group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.group)
+            self.group = None
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
 
 
 def _connect(ray, address: str | None, workers: int | None, threads: int) -> bool:
@@ -424,7 +421,7 @@ def _start_workers(ray, config: SweepConfig, workers: int | None, threads: int, 
     pool = [
         remote.options(num_cpus=threads, num_gpus=gpus, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
                        scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k))
-        .remote(config.to_dict(), threads, _crash_once=_crash_once)
+        .remote(config.to_dict(), threads)
         for k in range(n)
     ]
     return pool, group
@@ -460,7 +457,7 @@ def _read_shard(out: Path, rid: str, shard: int) -> dict[str, Any]:
     part = json.loads(shard_path(out, rid, shard).read_text())
     scores_file = shard_path(out, rid, shard).with_suffix(".safetensors")
     if scores_file.is_file():
-        from ..scoring.recording import HeadScores
+        from ...scoring.recording import HeadScores
 
         part["scores"] = {k: torch.as_tensor(v) for k, v in HeadScores.load(scores_file).scores.items()}
     return part
@@ -470,39 +467,10 @@ def _write_shard(out: Path, part: dict[str, Any]) -> None:
     """Scores first, then the JSON: a shard counts as done once its JSON exists."""
     path = shard_path(out, part["run_id"], part["shard"])
     if "scores" in part:
-        from ..scoring.recording import HeadScores
+        from ...scoring.recording import HeadScores
 
         HeadScores(part["scores"], {"shard": part["shard"]}).save(path.with_suffix(".safetensors"))
     write_json_atomic(path, {k: v for k, v in part.items() if k != "scores"})
-
-
-def _baseline(ray, config: SweepConfig, out: Path, pool, layout, progress: bool):
-    """Step 1: the unablated pass per shard (recording the scores), pooled by the driver."""
-    from ..scoring.recording import HeadScores
-
-    scores_file = find_scores_file(out)
-    need_scores = config.records_scores and scores_file is None
-    need_record = not record_path(out, BASELINE).is_file()
-    if not (need_scores or need_record):
-        return HeadScores.load(scores_file) if config.records_scores else None
-    record = tuple(config.scores) if need_scores else None
-    tasks = [(BASELINE, None, None, None, k, record) for k in range(len(layout))]
-    parts = _execute(ray, config, out, pool, layout, tasks, {BASELINE: (None, None, None)}, progress, "baseline shards")
-    head_scores = None
-    if need_scores:
-        head_scores = ray.get(pool[0].pooled_scores.remote(parts[BASELINE], sum(p["seconds"] for p in parts[BASELINE])))
-        head_scores.save(out / SCORES_FILE)
-    elif config.records_scores:
-        head_scores = HeadScores.load(scores_file)
-    return head_scores
-
-
-def _runs(ray, config: SweepConfig, out: Path, pool, layout, thresholds, progress: bool) -> None:
-    """Step 2: every (run, shard) of the runs still to do."""
-    todo = pending_runs(config, out)
-    runs = {rid: (key, q, thresholds[key].at(q)) for rid, key, q in todo}
-    tasks = [(rid, key, q, tau, k, None) for rid, (key, q, tau) in runs.items() for k in range(len(layout))]
-    _execute(ray, config, out, pool, layout, tasks, runs, progress, "sweep shards")
 
 
 def _execute(ray, config: SweepConfig, out: Path, pool, layout, tasks, runs, progress: bool, desc: str) -> dict[str, list]:
@@ -545,4 +513,4 @@ def _assemble_if_complete(ray, out: Path, rid: str, run, parts: dict[int, dict],
     write_json_atomic(record_path(out, rid), record)
 
 
-__all__ = ["Worker", "merge_generation_shards", "pool_size", "run_sweep_ray", "shard_layout"]
+__all__ = ["RayExecutor", "Worker", "merge_generation_shards", "pool_size", "shard_layout"]

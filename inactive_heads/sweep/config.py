@@ -1,0 +1,325 @@
+"""A sweep's configuration as plain data (:class:`SweepConfig`), and its one validation step.
+
+Building a :class:`SweepConfig` (or reading one back with :meth:`SweepConfig.from_dict` or
+:meth:`SweepConfig.stored`) checks nothing and imports nothing. :meth:`SweepConfig.validate` is the
+write side's step: it imports ``config.imports`` (user modules that register scores), checks every
+option and every score key against the registries, and fills in what the options imply
+(``decision="per_step"`` for generation tasks). :func:`~inactive_heads.sweep.run.run_sweep`, the
+command line and every Ray worker call it; reading a results folder never does, so a folder opens on
+a machine without the score modules that produced it.
+"""
+
+import importlib
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any
+
+from ..ablation.head_ablation import AblationSpec
+from ..analysis.tables import BASELINE
+from ..core.errors import UserError
+from ..evaluation.tasks import task_kind
+from ..models.devices import DTYPES as _DTYPE_TABLE
+from ..models.loading import BACKENDS, DEFAULT_MODEL
+from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, check_quantiles, official_thresholds
+from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score
+
+DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
+# Options a resume may change: the evaluator's answers do not depend on them, its log-likelihoods
+# only within float rounding (each record keeps the batch size it ran with). The device enters the identity by its type only (cpu, cuda, mps).
+RESUMABLE_OPTIONS = ("batch_size",)
+# Options of generation tasks (gsm8k) only.
+GENERATION_OPTIONS = ("decision", "max_gen_toks")
+
+
+def run_id(key: str | None, q: float | int | None) -> str:
+    """The id (and file name) of a run: ``baseline`` or ``<score>@p=<repr of p>``, e.g.
+    ``awft@p=0.001``. ``repr`` of a float is the shortest text that reads back as the same
+    number, so distinct p never share an id.
+
+    >>> run_id("awft", 0.001), run_id("awft", 0.004), run_id("random", 0), run_id(None, None)
+    ('awft@p=0.001', 'awft@p=0.004', 'random@p=0.0', 'baseline')
+    """
+    return BASELINE if key is None else f"{key}@p={float(q)!r}"
+
+
+@dataclass
+class SweepConfig:
+    """Everything that defines a sweep; round-trips to JSON (``sweep.json``) and backs the CLI.
+
+    ``thresholds="calibrated"`` takes quantiles of scores recorded on the evaluation inputs
+    (as the paper does); ``"official:<model>"`` uses the paper's released thresholds for one of
+    its 14 models (keys of ``calibration.official_models()``).
+
+    ``imports``: modules imported before anything else (here and in every Ray worker), e.g. the
+    module whose ``@ih.register_score`` functions the sweep's ``scores`` name.
+
+    ``dtype="auto"`` and ``device=None`` are settled by the model that runs: ``sweep.json`` stores
+    the dtype it computed in and its device type (:meth:`resolved`).
+
+    Plain data: building one checks nothing; :meth:`validate` checks it (``run_sweep`` calls it).
+    """
+
+    model: str = DEFAULT_MODEL
+    task: str = "mmlu"
+    subjects: list[str] | None = None
+    limit: int | None = None
+    num_fewshot: int | None = None
+    apply_chat_template: bool | None = None
+    scores: list[str] = field(default_factory=lambda: list(PAPER_SCORES))
+    quantiles: list[float] = field(default_factory=lambda: list(DEFAULT_QUANTILES))
+    include_random: bool = True
+    batch_size: int = 8
+    dtype: str = "auto"  # the model config's dtype on a GPU, float32 on the CPU (the toolkit's one default)
+    backend: str = "auto"  # models.load_model picks the faithful backend per architecture
+    device: str | None = None  # None: the first GPU if any, else the CPU (devices.resolve_device)
+    n_ctx: int | None = None  # None: the model config's context length
+    seed: int = 0
+    thresholds: str = "calibrated"
+    source: str | None = None
+    # Evaluation speed (evaluate's options of the same names): prefix reuse gives the same numbers up
+    # to float rounding, not to the bit, so it is off unless asked for.
+    reuse_prefix: bool = False
+    attention: str = "auto"
+    imports: list[str] = field(default_factory=list)
+    # Generation tasks (gsm8k) only: how the heads are decided while generating
+    # (evaluation.generation: "per_step", the authors' protocol, or "prompt") and the new tokens.
+    decision: str | None = None
+    max_gen_toks: int | None = None
+    # Static runs beside the dynamic ones: for each score and p > 0, one fixed set of
+    # round(p · layers · heads) heads (pruning.static_heads with this rule), chosen on the
+    # calibration questions [first, end) (of each MMLU subject), which must come after the
+    # evaluated ones (limit <= first). None: no static runs.
+    static_rule: str | None = None
+    static_calibration: list[int] | None = None
+
+    def validate(self) -> "SweepConfig":
+        """Check every option and settle what they imply, in place; returns the config. Imports
+        ``imports`` first (they may register the scores the config names). The write side's step
+        (:func:`~inactive_heads.sweep.run.run_sweep`, the command line, each Ray worker); bad input is
+        a one-line :class:`~inactive_heads.core.errors.UserError` (an unknown score: ``KeyError``)."""
+        if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
+            raise UserError(f"imports must be a list of module names, got {self.imports!r}")
+        self.imports = list(self.imports)
+        import_modules(self.imports)  # before the score keys are checked: the modules may register some
+
+        task_kind(self.task)
+        self._check_generation_options()
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise UserError(f"limit must be a positive integer, got {self.limit!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise UserError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unknown dtype '{self.dtype}'; use one of {', '.join(DTYPES)}")
+        if self.backend not in BACKENDS:
+            raise UserError(f"unknown backend '{self.backend}'; use one of {', '.join(BACKENDS)}")
+        from ..evaluation.evaluator import ATTENTION_MODES
+
+        if self.attention not in ATTENTION_MODES:
+            raise UserError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
+        if not isinstance(self.reuse_prefix, bool):
+            raise UserError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
+        if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
+            raise UserError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
+        self.scores = [s for s in self.scores if s != "random"]
+        if not self.scores and not self.include_random:
+            raise UserError("the sweep has no score functions; pass some scores or keep Random")
+        for key in self.scores:
+            get_score(key)
+        self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
+        self._check_static_options()  # after limit and quantiles are checked
+        if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
+            raise UserError(
+                f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
+            )
+        if self.thresholds.startswith("official:"):
+            for key in self.scores + (["random"] if self.include_random else []):
+                thresholds_for(self, key, None)  # unknown model, score or p: fails here, before any loading
+        if self.subjects is not None:
+            from ..evaluation.tasks import MMLU_SUBJECTS
+
+            self.subjects = list(self.subjects)
+            if self.task != "mmlu":
+                raise UserError(f"subjects apply to MMLU only; remove them for task '{self.task}'")
+            unknown = [s for s in self.subjects if s not in MMLU_SUBJECTS]
+            if unknown:
+                raise UserError(
+                    f"unknown MMLU subject '{unknown[0]}'; valid subjects are listed in "
+                    "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
+                )
+        return self
+
+    def _check_generation_options(self) -> None:
+        from ..evaluation.generation import DECISIONS
+
+        if not self.is_generation:
+            if any(getattr(self, name) is not None for name in GENERATION_OPTIONS):
+                raise UserError(f"{' and '.join(GENERATION_OPTIONS)} apply to generation tasks (gsm8k) only; "
+                                f"leave them unset for task '{self.task}'")
+            return
+        if self.decision is None:
+            self.decision = "per_step"  # the authors' protocol; sweep.json says it explicitly
+        if self.decision not in DECISIONS:
+            raise UserError(f"unknown decision '{self.decision}'; use one of {', '.join(DECISIONS)}")
+        if self.max_gen_toks is not None and (isinstance(self.max_gen_toks, bool)
+                                              or not isinstance(self.max_gen_toks, int) or self.max_gen_toks < 1):
+            raise UserError(f"max_gen_toks must be a positive integer, got {self.max_gen_toks!r}")
+        unsupported = [name for name, value, default in (
+            ("attention", self.attention, "auto"), ("source", self.source, None)) if value != default]
+        if unsupported:
+            raise UserError(f"{', '.join(unsupported)} apply to log-likelihood tasks only; leave them unset "
+                            f"for task '{self.task}'")
+        if self.reuse_prefix and self.decision != "per_step":
+            raise UserError(f"reuse_prefix applies to decision 'per_step' in generation tasks, got decision "
+                            f"'{self.decision}'; drop reuse_prefix or use decision per_step")
+
+    def _check_static_options(self) -> None:
+        from ..pruning.static import RULES
+
+        if self.static_rule is None:
+            if self.static_calibration is not None:
+                raise UserError("static_calibration needs static_rule (flag_rate or mean); set both or neither")
+            return
+        if self.static_rule not in RULES:
+            raise UserError(f"unknown static_rule '{self.static_rule}'; use one of {', '.join(RULES)}")
+        if task_kind(self.task) != "multiple_choice":
+            raise UserError(f"static runs apply to the built-in multiple-choice tasks; remove static_rule for "
+                            f"task '{self.task}'")
+        cal = self.static_calibration
+        if (not isinstance(cal, (list, tuple)) or len(cal) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in cal) or not 0 <= cal[0] < cal[1]):
+            raise UserError(f"static_calibration must be [first, end) question indices with 0 <= first < end, "
+                            f"got {cal!r}; e.g. [200, 400] with limit=200")
+        self.static_calibration = list(cal)
+        if self.limit is None or self.limit > cal[0]:
+            raise UserError(f"static sets are chosen on questions {cal[0]}..{cal[1] - 1} and evaluated on the first "
+                            f"limit={self.limit} questions: set limit <= {cal[0]} so that no question is used for both")
+        if not [q for q in self.quantiles if q > 0]:
+            raise UserError("static runs need a quantile p > 0 (the fraction of heads in each set)")
+
+    @property
+    def static_keys(self) -> list[str]:
+        """The curve key of each score's static runs (``"ahon_ln@static"``); empty without static runs."""
+        return [key + STATIC_SUFFIX for key in self.scores] if self.static_rule else []
+
+    @property
+    def is_generation(self) -> bool:
+        """Whether the task generates (gsm8k): exact match of greedy generations."""
+        from ..evaluation.tasks import GENERATION_TASKS
+
+        return self.task in GENERATION_TASKS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def stored(cls, d: dict[str, Any]) -> "SweepConfig":
+        """The config a results folder stores, as plain data: no module imported, no option checked
+        (that was done when the sweep ran); an option this version does not know is left out, one
+        it knows that the folder lacks (an older folder) takes its default."""
+        config = object.__new__(cls)
+        for f in fields(cls):
+            if f.name in d:
+                value = d[f.name]
+            elif f.default is not MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()
+            setattr(config, f.name, value)
+        return config
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
+        """Inverse of :meth:`to_dict`; an unknown option is an error. Checks nothing else (:meth:`validate`)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(f"unknown sweep option(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def resolved(self, *, dtype: str, device: str) -> "SweepConfig":
+        """This config as ``sweep.json`` stores it: ``dtype`` and the type of ``device`` (``"cuda:1"``
+        gives ``"cuda"``) are those the model computes in, never ``"auto"`` or None."""
+        return replace(self, dtype=dtype, device=device_type(device))
+
+    def identity(self) -> dict[str, Any]:
+        """What a resume must share with the run it resumes: every option but the
+        :data:`RESUMABLE_OPTIONS`, the device by its type only."""
+        d = {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_OPTIONS}
+        d["device"] = None if self.device is None else device_type(self.device)
+        return d
+
+    def run_ids(self) -> list[tuple[str, str | None, float | None]]:
+        """(run id, score key, quantile) for every run, baseline first."""
+        ids: list[tuple[str, str | None, float | None]] = [(BASELINE, None, None)]
+        keys = list(self.scores) + (["random"] if self.include_random else [])
+        for key in keys:
+            for q in self.quantiles:
+                ids.append((run_id(key, q), key, q))
+        for key in self.static_keys:
+            for q in self.quantiles:
+                if q > 0:
+                    ids.append((run_id(key, q), key, q))
+        return ids
+
+    @property
+    def records_scores(self) -> bool:
+        """Whether the baseline pass records scores (calibrated thresholds for some score)."""
+        return bool(self.scores) and self.thresholds == "calibrated"
+
+    @property
+    def evaluate_attention(self) -> str:
+        """The attention form of every pass: every pass of a sweep is compared with zeroed ones, so
+        ``"auto"`` is the exact form for all of them (:func:`~inactive_heads.evaluation.evaluator.resolve_attention`)."""
+        from ..evaluation.evaluator import resolve_attention
+
+        return resolve_attention(self.attention, exact=True)
+
+    def reuses_baseline(self, key: str | None, q: float | None) -> bool:
+        """A run that zeroes nothing by construction: p = 0 with τ calibrated on these very inputs
+        (the pooled minimum, or maximum, flags no head), or Random at p = 0. Generation runs
+        always run: their passes see generated tokens the calibration never saw."""
+        if self.is_generation:
+            return False
+        return key is not None and q == 0 and (key == "random" or self.thresholds == "calibrated")
+
+
+def device_type(device: str) -> str:
+    """``"cuda:1"`` -> ``"cuda"``; ``"cpu"`` -> ``"cpu"``."""
+    return str(device).split(":", 1)[0]
+
+
+def import_modules(names: list[str]) -> None:
+    """Import each module (a user module that registers scores, say); a failure is one line."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # the user's module: whatever it raises is bad input here
+            raise UserError(f"cannot import module '{name}' (sweep imports): {type(err).__name__}: {err}; "
+                            "make it importable (PYTHONPATH) or remove it") from err
+
+
+def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
+    """τ for each of the config's quantiles: calibrated on ``head_scores`` or the paper's preset."""
+    if config.thresholds.startswith("official:"):
+        model_name = config.thresholds.split(":", 1)[1]
+        t = official_thresholds(model_name, config.task, key)
+        missing = [q for q in config.quantiles if not t.has(q)]
+        if missing:
+            raise UserError(f"no official threshold at p={missing[0]!r} for '{key}' of {model_name}; "
+                             f"official thresholds exist for p in {list(t.quantiles)}")
+        picked = [t.at(q) for q in config.quantiles]
+        return Thresholds(key, tuple(config.quantiles), tuple(picked), t.direction, t.source, t.n_scores)
+    return calibrate(head_scores, key, config.quantiles)
+
+
+def ablation_for(config: SweepConfig, key: str | None, tau: float | None, heads=None) -> AblationSpec | None:
+    """The run's ablation: none (baseline), Random, a dynamic score at τ, or the static ``heads``
+    (a :class:`~inactive_heads.pruning.static.HeadSet`) of a static run."""
+    if key is None:
+        return None
+    if heads is not None:
+        return AblationSpec("static", heads=tuple(heads))
+    if key == "random":
+        return AblationSpec("random", threshold=tau, seed=config.seed)
+    return AblationSpec("dynamic", score=key, threshold=tau, seed=config.seed)
+
+

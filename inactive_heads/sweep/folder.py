@@ -1,0 +1,355 @@
+"""A sweep's results folder: its lock, its paths, and the format of what it holds.
+
+::
+
+    sweep.json          the SweepConfig that produced it, with the dtype and the device type the
+                        model ran in (re-running checks that the sweep's identity matches)
+    scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
+    thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
+    runs/<id>.json      one record per finished run, written atomically the moment it finishes
+    static_scores.safetensors, static_heads.json
+                        with static runs: HeadScores of the calibration questions and the head
+                        set of each static run
+    runs.parquet        one row per run (written when the sweep command ends)
+    questions.parquet   one row per run x question
+    .lock               while a driver works on the folder: its host and pid
+    shards/             Ray executor only: the layout and each finished (run, shard)
+
+``sweep.json`` and every record carry ``"format_version"`` (:data:`RESULTS_FORMAT`); a folder
+without one was written before versions were kept (format 1) and reads the same. The readers here
+(:func:`read_sweep_json`, :func:`read_thresholds`, :func:`read_records`) take the stored options
+as plain data: they import no user module and check no name against the registries. A folder of
+a newer format is a one-line error naming the version it needs.
+
+A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
+construction; its record is the baseline's, marked ``"reused_from": "baseline"``
+(:func:`write_reused_runs`).
+"""
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from ..analysis.tables import BASELINE
+from ..core.errors import UserError
+from ..core.io import write_json_atomic
+from ..scoring.calibration import Thresholds
+from ..scoring.scores import score_label
+from .config import SweepConfig, ablation_for, device_type, run_id, thresholds_for
+
+SCORES_FILE = "scores.safetensors"
+LEGACY_SCORES_FILE = "scores.pt"
+STATIC_SCORES_FILE = "static_scores.safetensors"
+STATIC_HEADS_FILE = "static_heads.json"
+VOLATILE_FIELDS = ("seconds", "finished_at")
+
+
+class FolderInUseError(UserError, RuntimeError):
+    """Another driver holds the results folder's lock."""
+
+
+class FolderLock:
+    """``<out>/.lock`` (host, pid) while a driver works on a folder; a second driver refuses.
+
+    A lock left by a process that no longer runs on this host is taken over.
+    """
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / ".lock"
+        self.mine = False
+
+    def __enter__(self) -> "FolderLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                if not self._stale():
+                    other = self._holder()
+                    raise FolderInUseError(
+                        f"'{self.path.parent}' is in use by another sweep (pid {other.get('pid')} on "
+                        f"{other.get('host')} since {other.get('since')}); wait for it, or delete "
+                        f"{self.path} if that process is gone"
+                    ) from None
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.mine = True
+            return self
+        raise RuntimeError(f"could not take the lock {self.path}; delete it if no sweep is running")
+
+    def _holder(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _stale(self) -> bool:
+        other = self._holder()
+        if other.get("host") != socket.gethostname() or not isinstance(other.get("pid"), int):
+            return False
+        try:
+            os.kill(other["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def __exit__(self, *exc) -> None:
+        if self.mine:
+            self.path.unlink(missing_ok=True)
+            self.mine = False
+
+
+# The results folder format. 1: folders written before a version was kept (no "format_version").
+# 2: "format_version" in sweep.json and in every record.
+RESULTS_FORMAT = 2
+
+
+def read_sweep_json(folder: Path) -> dict[str, Any]:
+    """``folder/sweep.json`` without its ``format_version``, after checking that this version of
+    the toolkit reads that format."""
+    d = json.loads((folder / "sweep.json").read_text())
+    check_format(d.pop("format_version", 1), folder / "sweep.json")
+    return d
+
+
+def check_format(version: Any, where: Path) -> None:
+    """A one-line error for a results file of a format this version cannot read."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UserError(f"'{where}' has format_version {version!r}; expected a positive integer")
+    if version > RESULTS_FORMAT:
+        raise UserError(f"'{where}' is in results format {version}; this inactive-heads reads formats up to "
+                        f"{RESULTS_FORMAT}: upgrade inactive-heads to read it")
+
+
+def stored_config(out: Path) -> SweepConfig | None:
+    """The sweep ``out`` holds (None for a new folder), its dtype and device type resolved.
+
+    ``sweep.json`` files of earlier versions may say ``dtype="auto"`` or ``device=None``; what
+    ran is then read from the run records. Records that disagree (a sweep resumed in another
+    precision) cannot be mixed: a one-line error.
+    """
+    path = out / "sweep.json"
+    if not path.is_file():
+        return None
+    stored = SweepConfig.from_dict(read_sweep_json(out)).validate()  # the write side: it resumes this sweep
+    if stored.dtype != "auto" and stored.device is not None:
+        return stored
+    records = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))]
+    ran = sorted({(rec["dtype"], device_type(rec["device"])) for rec in records if rec.get("dtype") and rec.get("device")})
+    if len(ran) > 1:
+        raise UserError(f"'{out}' holds runs computed in {' and in '.join(f'{d} on {t}' for d, t in ran)} (its "
+                        "sweep.json, from an earlier version, left the dtype unresolved); their numbers do not "
+                        "mix: start a new folder")
+    if not ran:
+        return stored  # nothing ran yet: the dtype is settled by the first model that runs
+    dtype, device = ran[0]
+    return stored.resolved(dtype=dtype if stored.dtype == "auto" else stored.dtype,
+                           device=device if stored.device is None else stored.device)
+
+
+def check_folder(config: SweepConfig, out: Path) -> None:
+    """Check that ``out`` holds this sweep, or nothing yet. A dtype of ``"auto"`` or a device of
+    None, on either side, is compared once the model has settled it (:func:`prepare_folder`)."""
+    stored = stored_config(out)
+    if stored is None:
+        return
+    have, want = stored.identity(), config.identity()
+    for key, unresolved in (("dtype", "auto"), ("device", None)):
+        if unresolved in (have[key], want[key]):
+            del have[key], want[key]
+    differing = sorted(k for k in have if have[k] != want[k])
+    other = [k for k in differing if k not in ("dtype", "device")]
+    if other:
+        raise UserError(f"'{out}' holds a different sweep (differs in {', '.join(other)}); "
+                        "use another --out folder or delete it")
+    if differing:
+        here = config.dtype + ("" if config.device is None else f" on {device_type(config.device)}")
+        raise UserError(f"'{out}' was computed in {stored.dtype} on {stored.device}, this run would compute in "
+                        f"{here}; resume with --dtype {stored.dtype} "
+                        f"--device {stored.device} (dtype=, device=), or use another --out folder")
+
+
+def prepare_folder(config: SweepConfig, out: Path) -> None:
+    """Check that ``out`` holds this sweep (or nothing yet) and write ``sweep.json``. ``config``
+    is resolved (:meth:`SweepConfig.resolved`): its dtype and device type are the model's."""
+    if config.dtype == "auto" or config.device is None:
+        raise ValueError("prepare_folder needs a resolved config (SweepConfig.resolved)")
+    config = config.resolved(dtype=config.dtype, device=config.device)  # the device's type, not its index
+    check_folder(config, out)
+    write_json_atomic(out / "sweep.json", {"format_version": RESULTS_FORMAT, **config.to_dict()})
+
+
+
+def find_scores_file(out: Path) -> Path | None:
+    """The folder's HeadScores file (``scores.safetensors``, or ``scores.pt`` of older folders)."""
+    for name in (SCORES_FILE, LEGACY_SCORES_FILE):
+        if (out / name).is_file():
+            return out / name
+    return None
+
+
+def write_thresholds(config: SweepConfig, out: Path, head_scores) -> dict[str, Thresholds]:
+    keys = list(config.scores) + (["random"] if config.include_random else [])
+    thresholds = {key: thresholds_for(config, key, head_scores) for key in keys}
+    write_json_atomic(out / "thresholds.json", {k: t.to_dict() for k, t in thresholds.items()})
+    return thresholds
+
+
+
+def record_path(out: Path, rid: str) -> Path:
+    return out / "runs" / f"{rid}.json"
+
+
+def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
+                result, plan, model, heads=None) -> dict[str, Any]:
+    """The run record: what ran, its accuracy and realized zeroing, and every question's outcome.
+    A static run (``heads``) also names its head set and the rule and questions that chose it; an
+    ablated run, what an oracle skipping its zeroed heads would save. A generation task's record
+    (``plan`` = its requests) keeps each question's generation and extracted answers instead of
+    log-likelihoods; its ``accuracy`` is the strict exact match."""
+    import torch
+
+    from ..models.loading import model_info
+    from ..runtime.hooks import model_device
+
+    spec = ablation_for(config, key, tau, heads)
+    info = model_info(model)
+    outcomes = _generation_outcomes(result, plan) if config.is_generation else {
+        "acc_norm": result.acc_norm,
+        "realized_fraction": result.realized_fraction,
+        "realized_percent": 100 * result.realized_fraction,
+        "realized_fraction_per_layer": result.realized_fraction_per_layer,
+        "n": result.n,
+        "n_forward_sequences": result.n_forward_sequences,
+        "correct": result.correct,
+        "correct_norm": result.correct_norm,
+        "loglikelihoods": result.loglikelihoods,
+        "gold": [req.gold for req in plan.requests],
+        "doc_ids": [req.doc_id for req in plan.requests],
+        "subjects": [req.subject for req in plan.requests],
+        "per_subject": result.per_subject,
+    }
+    static = {} if heads is None else {
+        "static_rule": heads.rule, "static_calibration": config.static_calibration,
+        "static_heads": [list(h) for h in heads], "static_n_sequences": heads.n_sequences,
+    }
+    oracle = {}
+    if getattr(result, "flagged", None) is not None:
+        from ..pruning.accountant import oracle_summary
+
+        oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
+    return {
+        "format_version": RESULTS_FORMAT,
+        "run_id": rid,
+        "model": config.model,
+        "task": result.task,
+        "score": key,
+        "label": score_label(key) if key else "No ablation",
+        "p": q,
+        "threshold": tau,
+        "accuracy": result.accuracy,
+        "accuracy_percent": 100 * result.accuracy,
+        **outcomes,
+        "dtype": info.dtype,
+        "device": str(model_device(model)),
+        "backend": info.backend,
+        "batch_size": config.batch_size,
+        "torch_threads": torch.get_num_threads(),  # fp32 sums are ordered by the thread count
+        "seconds": result.seconds,
+        "ablation": spec.to_dict() if spec else None,
+        **static,
+        **oracle,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _generation_outcomes(result, requests) -> dict[str, Any]:
+    """A generation run's outcomes (a ``GenerationResult``), in the fields every record has."""
+    return {
+        "acc_norm": None,
+        "accuracy_flexible": result.accuracy_flexible,
+        "realized_fraction": result.realized_fraction,
+        "realized_percent": 100 * result.realized_fraction,
+        "realized_fraction_per_layer": result.realized_fraction_per_layer,
+        "realized_fraction_prompts": result.realized_fraction_prompts,
+        "decision": result.decision,
+        "use_cache": result.use_cache,
+        "n": result.n,
+        "n_forward_sequences": result.n_forward_passes,
+        "n_generated_tokens": result.n_generated_tokens,
+        "correct": result.correct,
+        "correct_norm": None,
+        "correct_flexible": result.correct_flexible,
+        "loglikelihoods": None,
+        "gold": result.golds,
+        "generations": result.generations,
+        "answers": result.answers,
+        "doc_ids": [req.doc_id for req in requests],
+        "subjects": None,
+        "per_subject": {},
+        "savings": result.savings,
+    }
+
+
+def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
+                  baseline: dict[str, Any]) -> dict[str, Any]:
+    """The record of a run that zeroes nothing by construction: the baseline's outcomes."""
+    spec = ablation_for(config, key, tau)
+    return {
+        **baseline,
+        "format_version": RESULTS_FORMAT,
+        "run_id": rid,
+        "score": key,
+        "label": score_label(key),
+        "p": q,
+        "threshold": tau,
+        "ablation": spec.to_dict(),
+        "seconds": 0.0,
+        "reused_from": BASELINE,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thresholds]) -> None:
+    """Write the records of the runs that reuse the baseline's (once the baseline is in)."""
+    base_path = record_path(out, BASELINE)
+    if not base_path.is_file():
+        return
+    baseline = json.loads(base_path.read_text())
+    for rid, key, q in config.run_ids():
+        if config.reuses_baseline(key, q) and not record_path(out, rid).is_file():
+            write_json_atomic(record_path(out, rid),
+                              reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
+
+
+def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float]]:
+    """Ablated runs still to evaluate (not finished, not reusing the baseline)."""
+    return [(rid, key, q) for rid, key, q in config.run_ids()
+            if key is not None and not config.reuses_baseline(key, q) and not record_path(out, rid).is_file()]
+
+
+
+def read_thresholds(out: Path) -> dict[str, Thresholds]:
+    """``thresholds.json`` by score key (empty before the baseline pass has run)."""
+    path = out / "thresholds.json"
+    if not path.is_file():
+        return {}
+    return {k: Thresholds.from_dict(v) for k, v in json.loads(path.read_text()).items()}
+
+
+def read_records(out: Path) -> dict[str, dict[str, Any]]:
+    """Every finished run's record by run id, each checked for a format this version reads."""
+    records = {}
+    for f in sorted((out / "runs").glob("*.json")):
+        rec = json.loads(f.read_text())
+        check_format(rec.get("format_version", 1), f)
+        records[run_id(rec["score"], rec["p"])] = rec  # folders of earlier versions: ids 'x@p=0.30'
+    return records
