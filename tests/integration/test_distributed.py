@@ -44,22 +44,25 @@ def stable(records):
 def crash_once(monkeypatch, tmp_path):
     """Fault injection: ``crash_once(run id, shard)`` makes the worker that runs that shard exit
     mid-task once, as a lost machine would; returns the marker file that records that it did.
-    The executor starts its actors from ``distributed.Worker``, here a subclass defined in this
-    test (Ray ships it to the actors by value; on a restart the marker stops a second crash)."""
+    The executor's actors are made from a subclass of its Worker defined here (``ray.remote`` is
+    wrapped for the test; Ray ships the subclass to the actors by value, the Worker by reference).
+    On a restart the marker stops a second crash."""
 
     def arm(rid, shard):
         marker = str(tmp_path / "crashed")
-        base = distributed.Worker
+        worker = distributed.Worker
 
-        class CrashingWorker(base):
+        class CrashingWorker(worker):
             def run_shard(self, run, part, *args):
                 if (run, part) == (rid, shard) and not os.path.exists(marker):
                     with open(marker, "w") as f:
                         f.write(str(os.getpid()))
                     os._exit(1)  # the process dies mid-task
-                return base.run_shard(self, run, part, *args)
+                return worker.run_shard(self, run, part, *args)
 
-        monkeypatch.setattr(distributed, "Worker", CrashingWorker)
+        real_remote = ray.remote
+        monkeypatch.setattr(ray, "remote", lambda cls, *a, **k: real_remote(CrashingWorker if cls is worker else cls,
+                                                                             *a, **k))
         return tmp_path / "crashed"
 
     return arm

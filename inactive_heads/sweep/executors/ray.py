@@ -1,8 +1,10 @@
 """Sweeps on Ray: the same records as the local executor, from actors that each keep one model.
 
-``run_sweep(config, out, executor="ray")`` lands here. Ray starts embedded on this machine, or
-joins a running cluster (``address="auto"`` or ``"ray://host:port"``). Each worker is a Ray actor
-that loads the model and tokenizes the task once, then evaluates shards on request.
+``run_sweep(config, out, executor="ray")`` runs the sweep's one sequence
+(:func:`~inactive_heads.sweep.sequence.run_sequence`) with :class:`RayExecutor`. Ray starts
+embedded on this machine, or joins a running cluster (``address="auto"`` or ``"ray://host:port"``).
+Each worker is a Ray actor that loads the model and tokenizes the task once, then evaluates shards
+on request, each through the local executor's pass (:func:`~inactive_heads.sweep.passes.evaluate_run`).
 
 Placement: by default as many workers as the cluster's CPUs // ``threads_per_worker`` (with
 ``gpus_per_worker``: as many as its GPUs allow, each worker also holding its CPU threads). The
@@ -290,7 +292,7 @@ def _build(spec: dict[str, Any]):
 
 
 # ----------------------------------------------------------------------------------------------
-# The driver
+# The driver's side
 
 
 class RayExecutor:
@@ -417,13 +419,17 @@ def _start_workers(ray, config: SweepConfig, workers: int | None, threads: int, 
                         f"{PLACEMENT_TIMEOUT_S:g} s (the cluster has {_describe(ray.cluster_resources())}, "
                         f"{_describe(ray.available_resources())} free); lower --workers, --threads-per-worker "
                         "or --gpus-per-worker")
-    remote = ray.remote(Worker)
-    pool = [
-        remote.options(num_cpus=threads, num_gpus=gpus, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
-                       scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k))
-        .remote(config.to_dict(), threads)
-        for k in range(n)
-    ]
+    try:
+        remote = ray.remote(Worker)
+        pool = [
+            remote.options(num_cpus=threads, num_gpus=gpus, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
+                           scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k))
+            .remote(config.to_dict(), threads)
+            for k in range(n)
+        ]
+    except BaseException:
+        remove_placement_group(group)  # nothing held when the actors cannot start
+        raise
     return pool, group
 
 
