@@ -145,7 +145,7 @@ def test_a_different_sweep_in_the_same_folder_is_refused(complete, smollm2):
         run_sweep(small_config(limit=4), complete.path, model=smollm2, progress=False)
 
 
-def test_config_round_trips_and_validates():
+def test_config_round_trips_and_validates(tmp_path):
     cfg = small_config().validate()
     assert SweepConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="unknown task 'mmlu2'"):
@@ -156,8 +156,9 @@ def test_config_round_trips_and_validates():
         small_config(scores=["ahon_ln2"]).validate()
     with pytest.raises(ValueError, match="quantiles"):
         small_config(quantiles=[1.5]).validate()
-    with pytest.raises(ValueError, match="limit must be a positive integer, got 0"):  # run_sweep validates
-        run_sweep(small_config(limit=0), "never-written", progress=False)
+    with pytest.raises(ValueError, match="limit must be a positive integer, got 0"):  # run_sweep validates,
+        run_sweep(small_config(limit=0), tmp_path / "never-written", progress=False)
+    assert not (tmp_path / "never-written").exists()  # before it touches the folder
     with pytest.raises(ValueError, match="unknown sweep option"):
         SweepConfig.from_dict({"modle": "x"})
 
