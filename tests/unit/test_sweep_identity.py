@@ -235,3 +235,24 @@ def test_static_options_are_checked_in_one_line():
             SweepConfig(**options).validate()
     with pytest.raises(UserError, match="local executor only"):
         run_sweep(ok, "unused-folder", executor="ray")
+
+
+def test_every_executor_runs_a_pass_through_the_one_pass_function():
+    """Only sweep/passes.py (evaluate_run) calls the evaluators: the local executor and the Ray
+    shards configure a pass in one place (the records of both executors are compared bit for bit
+    in tests/integration/test_distributed.py)."""
+    import ast
+    from pathlib import Path
+
+    import inactive_heads.sweep as sweep
+
+    evaluators = {"evaluate", "evaluate_generation", "generate"}
+    callers = set()
+    for path in Path(sweep.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(("evaluator", "generation")):
+                if evaluators & {a.name for a in node.names}:
+                    callers.add(path.name)
+            if isinstance(node, ast.Attribute) and node.attr in evaluators:
+                callers.add(path.name)
+    assert callers == {"passes.py"}
