@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
+from ..models.architectures import by_class
 from ..models.loading import architecture_of, model_info
 from ..models.tl_line import has_hooked_transformer
 from .activations import LayerActivations, keeps_transposes, transposed_weight
@@ -212,19 +213,11 @@ def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tenso
     return logits
 
 
-# Causal-LM classes whose logits are the output embedding of the base model's last hidden state
-# (then Gemma's soft cap): for these a bridge's logits can be taken at chosen positions only.
-_HEAD_IS_ONE_LINEAR = frozenset({
-    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
-    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
-})
-
-
 def hf_head_logits_supported(model) -> bool:
     """True for a ``TransformerBridge`` whose Hugging Face causal-LM head is one linear map of the
     base model's last hidden state (:func:`hf_head_logits` then gives its logits)."""
     hf = getattr(model, "original_model", None)
-    return hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR
+    return hf is not None and by_class(architecture_of(hf.config)).head_is_one_linear
 
 
 def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows vocab"]:
