@@ -110,12 +110,13 @@ class AblationStats:
             self.flagged_per_layer = torch.zeros(self.n_layers, dtype=torch.long)
 
     def add(self, layer: int, sequence_ids: Tensor, flags: Bool[Tensor, "batch head"],
-            nonfinite: Tensor | None = None, what: str = "") -> None:
-        """Record one layer's flags for a batch (kept on the device until :meth:`flush`)."""
+            nonfinite: Tensor | None = None, what: str = "", batch: int | None = None) -> None:
+        """Record one layer's flags for a batch (token ``batch``, as in
+        :attr:`LayerActivations.batch`; kept on the device until :meth:`flush`)."""
         if layer == 0:
             self.n_sequences += flags.shape[0]
         # flags and the non-finite flag join into one row at the flush, not here (a per-layer op)
-        self._pending.add(layer, sequence_ids, (flags, nonfinite), (tuple(flags.shape), what))
+        self._pending.add(layer, batch, sequence_ids, (flags, nonfinite), (tuple(flags.shape), what))
 
     def flush(self) -> None:
         """Bring pending flags to the host, one copy per batch; raise if a score was not finite."""
@@ -277,7 +278,7 @@ class HeadAblation:
         stats = self._stats
         if acts.layer == 0:
             stats.flush()  # the previous batch's flags: one device→host copy per batch
-        stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, what)
+        stats.add(acts.layer, acts.sequence_ids, flags, nonfinite, what, batch=acts.batch)
         return flags
 
     def on_layer(self, acts: LayerActivations) -> Float[Tensor, "batch pos head d_head"]:

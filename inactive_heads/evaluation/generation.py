@@ -43,7 +43,6 @@ from ..runtime.hooks import (
     HeadHookRunner,
     hf_head_logits,
     hf_head_logits_supported,
-    hook_name,
     installed,
     make_batches,
     model_device,
@@ -82,20 +81,18 @@ class GenerationOutput:
 
 
 class _HeldHeads:
-    """``hook_z`` hooks that zero, per row, the heads in ``masks[row, layer]`` (set per batch)."""
+    """Zeroes, per row, the heads in ``masks[row, layer]`` (set per batch) at every layer's
+    ``hook_z``: the hook runner's hooks, with a callback that reads the mask instead of deciding."""
 
-    def __init__(self, n_layers: int):
-        self.n_layers = n_layers
+    def __init__(self, model):
         self.masks: Bool[Tensor, "batch layer head"] | None = None
+        self.runner = HeadHookRunner(model, self.on_layer, reads=())
+
+    def on_layer(self, acts) -> Float[Tensor, "batch pos head d_head"]:
+        return zero_heads(acts.z, self.masks[:, acts.layer])
 
     def hooks(self) -> list:
-        def make(layer: int):
-            def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
-                return zero_heads(z, self.masks[:, layer])
-
-            return hook
-
-        return [(hook_name(layer, "z"), make(layer)) for layer in range(self.n_layers)]
+        return self.runner.fwd_hooks()
 
 
 def _last_logits(model, tokens: Int[Tensor, "batch pos"], valid: Bool[Tensor, "batch pos"]) -> Tensor:
@@ -321,7 +318,7 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     info = model_info(model)
     masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
-    held = _HeldHeads(info.n_layers)
+    held = _HeldHeads(model)
     cached = use_cache and (is_hooked_transformer(model) or hf_head_logits_supported(model))
     with installed(model, held.hooks()), torch.inference_mode():
         if cached:

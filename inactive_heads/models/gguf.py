@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..core.errors import UserError
+from .architectures import rope_by_layer_type
 
 # Version of the converted-directory layout; a cached directory written with an older one is
 # upgraded in place on its next load (see ``upgrade_converted``). 2: classic rope keys and a
@@ -317,10 +318,8 @@ def classic_rope_keys(config: dict[str, Any]) -> dict[str, Any]:
     params = config.get("rope_parameters")
     if not isinstance(params, dict) or not params:
         return {}
-    local = None
-    if "full_attention" in params or "sliding_attention" in params:  # one entry per layer type
-        local = (params.get("sliding_attention") or {}).get("rope_theta")
-        params = params.get("full_attention") or params.get("sliding_attention")
+    params, sliding = rope_by_layer_type(params)  # one entry per layer type, or one for all
+    local = sliding.get("rope_theta")
     keys: dict[str, Any] = {}
     if "rope_theta" in params:
         keys["rope_theta"] = params["rope_theta"]

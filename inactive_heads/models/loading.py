@@ -24,7 +24,7 @@ import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
 from ..core.errors import UserError
-from . import tl_line
+from . import architectures, tl_line
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
     BuiltinModel,
@@ -139,24 +139,7 @@ def _download_hub_model(name: str) -> Path:
 # Architectures that TransformerLens 3.9's HookedTransformer builds with logits equal to the Hugging
 # Face model's (checked per family on tiny random-weight models in tests/integration/
 # test_families.py), provided the features in ``hooked_support`` are absent.
-HOOKED_ARCHITECTURES = (
-    "LlamaForCausalLM",
-    "Qwen2ForCausalLM",
-    "MistralForCausalLM",
-    "Phi3ForCausalLM",
-    "GPTNeoXForCausalLM",
-)
-# Rotary scalings HookedTransformer implements, per architecture (others it silently ignores).
-_HOOKED_ROPE_TYPES = {"LlamaForCausalLM": ("default", "llama3")}
-# Architectures whose attention has value biases (folding them into b_O changes hook_v/hook_z).
-_VALUE_BIAS_ARCHITECTURES = (
-    "GPT2LMHeadModel",
-    "GPTNeoXForCausalLM",
-    "Qwen2ForCausalLM",
-    "OPTForCausalLM",
-    "PhiForCausalLM",
-    "BloomForCausalLM",
-)
+HOOKED_ARCHITECTURES = architectures.classes_with("hooked")
 # The name tags that mark a chat/instruction-tuned checkpoint (Gemma's is "-it").
 _CHAT_TAG = re.compile(r"-(instruct|chat|sft|dpo|it)(?=$|[-_.\s/])", re.IGNORECASE)
 
@@ -202,9 +185,7 @@ def _rope_parameters(config) -> dict[str, Any]:
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if not isinstance(params, dict):
         return {}
-    if "full_attention" in params or "sliding_attention" in params:  # one entry per layer type
-        params = params.get("full_attention") or params.get("sliding_attention") or {}
-    return params
+    return architectures.rope_by_layer_type(params)[0]
 
 
 def context_length(config) -> int | None:
@@ -225,25 +206,26 @@ def hooked_support(config) -> tuple[bool, str]:
     a local directory, GPT-2 configs written by transformers 5).
     """
     arch = architecture_of(config)
-    if arch not in HOOKED_ARCHITECTURES:
+    facts = architectures.by_class(arch)
+    if not facts.hooked:
         return False, f"HookedTransformer has no faithful route for {arch}"
     rope = _rope_parameters(config)
     rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
-    if rope_type not in _HOOKED_ROPE_TYPES.get(arch, ("default",)):
+    if rope_type not in facts.hooked_rope_types:
         return False, f"HookedTransformer ignores {arch}'s {rope_type} rope scaling"
     partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
-    if arch != "GPTNeoXForCausalLM" and partial not in (None, 1, 1.0):
+    if not facts.hooked_partial_rotary and partial not in (None, 1, 1.0):
         return False, f"HookedTransformer ignores {arch}'s partial_rotary_factor={partial}"
     n_heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None)
-    if arch != "MistralForCausalLM" and head_dim and head_dim * n_heads != config.hidden_size:
+    if not facts.hooked_any_head_dim and head_dim and head_dim * n_heads != config.hidden_size:
         return False, f"HookedTransformer assumes head_dim = hidden_size / heads, {arch} has {head_dim}"
-    if arch in ("LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM") and (
+    if facts.hooked_drops_biases and (
         getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False)
     ):
         return False, f"HookedTransformer drops {arch}'s attention/MLP biases"
     layer_types = getattr(config, "layer_types", None) or []
-    if arch in ("LlamaForCausalLM", "Qwen2ForCausalLM") and "sliding_attention" in layer_types:
+    if facts.hooked_ignores_sliding and "sliding_attention" in layer_types:
         return False, f"HookedTransformer ignores {arch}'s sliding-window layers"
     return True, f"HookedTransformer builds {arch} faithfully"
 
@@ -503,7 +485,7 @@ def _processed_weights_note(model) -> str | None:
     cfg = model.cfg
     if cfg.normalization_type in ("LNPre", "RMSPre"):
         return "its LayerNorm weights were folded (HookedTransformer.from_pretrained's default)"
-    if cfg.original_architecture in _VALUE_BIAS_ARCHITECTURES and not cfg.attn_only:
+    if architectures.by_class(cfg.original_architecture).value_bias and not cfg.attn_only:
         b_v = [getattr(block.attn, "_b_V", None) for block in model.blocks]
         b_v = [b if b is not None else block.attn.b_V for b, block in zip(b_v, model.blocks, strict=True)]
         if all(torch.count_nonzero(b) == 0 for b in b_v):

@@ -33,6 +33,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from ..core.errors import UserError
+from ..models.architectures import by_model_type, projection_biases
 from ..models.devices import resolve_dtype
 from ..scoring.calibration import Real
 from .static import check_fraction, check_heads
@@ -74,7 +75,7 @@ class ModelShape:
     def from_hf_config(cls, config, name: str = "model") -> "ModelShape":
         n_heads = config.num_attention_heads
         model_type = config.model_type
-        bias = bool(getattr(config, "attention_bias", False))
+        qkv_bias, o_bias = projection_biases(model_type, bool(getattr(config, "attention_bias", False)))
         return cls(
             name=name,
             family=model_type,
@@ -86,9 +87,9 @@ class ModelShape:
             d_mlp=config.intermediate_size,
             vocab_size=config.vocab_size,
             tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-            qkv_bias=True if model_type == "qwen2" else bias,
-            o_bias=False if model_type == "qwen2" else bias,
-            qk_norm=model_type == "olmo2",
+            qkv_bias=qkv_bias,
+            o_bias=o_bias,
+            qk_norm=by_model_type(model_type).qk_norm,
         )
 
     # -- counts for a dense model ------------------------------------------------------------
@@ -173,7 +174,7 @@ def model_shape(model) -> ModelShape:
     return ModelShape(
         name=info.name, family=info.family, n_layers=info.n_layers, n_heads=info.n_heads,
         n_kv_heads=info.n_kv_heads, d_head=info.d_head, d_model=info.d_model, d_mlp=cfg.d_mlp,
-        vocab_size=cfg.d_vocab, tied_embeddings=False, qkv_bias=info.family == "qwen2",
+        vocab_size=cfg.d_vocab, tied_embeddings=False, qkv_bias=projection_biases(info.family, False)[0],
         gated_mlp=bool(getattr(cfg, "gated_mlp", True)),
     )
 

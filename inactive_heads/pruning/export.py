@@ -26,20 +26,17 @@ from typing import Any
 import torch
 
 from ..core.errors import UserError
+from ..models.architectures import by_class, classes_with
 from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
 from .static import check_heads
 
 MODES = ("zeroed", "pruned")
 MODELING_FILE = "modeling_pruned_heads.py"
 # architecture -> the class in modeling_pruned_heads.py
-PRUNED_CLASSES = {
-    "LlamaForCausalLM": "PrunedLlamaForCausalLM",
-    "Qwen2ForCausalLM": "PrunedQwen2ForCausalLM",
-}
+PRUNED_CLASSES = {name: by_class(name).pruned_class for name in classes_with("pruned_class")}
 # Architectures whose attention has one q/k/v/o_proj per layer with heads as contiguous d_head
 # slices (zeroing W_O columns is then exactly zeroing a head).
-ZEROABLE = (*PRUNED_CLASSES, "MistralForCausalLM", "Olmo2ForCausalLM", "Gemma2ForCausalLM",
-            "Gemma3ForCausalLM", "Phi3ForCausalLM")
+ZEROABLE = classes_with("zeroable")
 
 
 def source_dir(model) -> Path:

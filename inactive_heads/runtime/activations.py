@@ -29,7 +29,9 @@ class LayerActivations:
     ``valid``: True at real (non-pad) positions. Right padding: row ``b`` is real on
     ``[0, lengths[b])``. ``sequence_ids``: each row's index in the whole run (seeds Random).
     The tensors are valid during the score call only (a prefix-reusing pass refills one pattern
-    buffer layer after layer): a score reduces them and keeps none.
+    buffer layer after layer): a score reduces them and keeps none. ``batch``: a token the hook
+    runner gives each forward pass (:func:`~inactive_heads.runtime.hooks.new_batch_token`); per-layer
+    results with the same token are brought to the host together (None: a batch of its own).
     """
 
     layer: int
@@ -41,6 +43,7 @@ class LayerActivations:
     z: Float[Tensor, "batch pos head d_head"] | None = None
     W_O: Float[Tensor, "head d_head d_model"] | None = None
     seed: int = 0
+    batch: int | None = field(default=None, init=False)
     _memo: dict = field(default_factory=dict, repr=False)
 
     def _need(self, name: str) -> Tensor:

@@ -29,15 +29,16 @@ class HostBatch:
 class DeferredCopies:
     """Tensors of one layer each, kept on their device until :meth:`drain` copies them in one go per batch.
 
-    A batch is the run of entries that starts at layer 0 (or whenever the sequence ids change);
-    every entry of a batch has the same payload shape and dtype. A payload may also be a tuple of
+    A batch is the run of entries added with one batch token (the forward pass's
+    :attr:`~inactive_heads.runtime.activations.LayerActivations.batch`; None is a batch of its
+    own); every entry of a batch has the same payload shape and dtype. A payload may also be a tuple of
     tensors (None for a part that is all zeros): each entry's parts are then flattened and joined,
     once per batch, into one row of ``values``.
 
     >>> buf = DeferredCopies()
     >>> ids = torch.tensor([4, 7])
     >>> for layer in range(3):
-    ...     buf.add(layer, ids, torch.full((2,), layer))
+    ...     buf.add(layer, 17, ids, torch.full((2,), layer))
     >>> [(b.layers, b.values.tolist()) for b in buf.drain()]
     [([0, 1, 2], [[0, 0], [1, 1], [2, 2]])]
     >>> buf.drain()
@@ -45,20 +46,21 @@ class DeferredCopies:
     """
 
     def __init__(self) -> None:
-        self._pending: list[list[tuple[int, Tensor, Tensor, Any]]] = []
+        # (batch token, its entries: (layer, sequence ids, value, extra))
+        self._pending: list[tuple[int | None, list[tuple[int, Tensor, Any, Any]]]] = []
 
-    def add(self, layer: int, sequence_ids: Tensor, value: Tensor | tuple[Tensor | None, ...],
-            extra: Any = None) -> None:
-        last = self._pending[-1] if self._pending else None
-        if last is None or layer == 0 or sequence_ids is not last[-1][1]:
-            self._pending.append([])
-        self._pending[-1].append((layer, sequence_ids, value, extra))
+    def add(self, layer: int, batch: int | None, sequence_ids: Tensor,
+            value: Tensor | tuple[Tensor | None, ...], extra: Any = None) -> None:
+        """Keep ``value`` (layer ``layer`` of the batch whose token is ``batch``) until :meth:`drain`."""
+        if batch is None or not self._pending or self._pending[-1][0] != batch:
+            self._pending.append((batch, []))
+        self._pending[-1][1].append((layer, sequence_ids, value, extra))
 
     def drain(self) -> list[HostBatch]:
         """Every pending batch on the host (one device→host copy each); nothing is pending after."""
         groups, self._pending = self._pending, []
         out = []
-        for group in groups:
+        for _, group in groups:
             values = _stacked([v for _, _, v, _ in group]).cpu()  # the one copy
             out.append(HostBatch([layer for layer, *_ in group], group[0][1], values, [e for *_, e in group]))
         return out

@@ -53,6 +53,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..core.errors import UserError
+from ..models.architectures import by_class
 from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
 from .bridge_attention import bridge_forward
@@ -82,7 +83,7 @@ _ALLOWED = {
     "clip_qkv": lambda v: v is None,
     "attn_scores_soft_cap": lambda v: v is None or v <= 0,
     # OLMo's QK norm acts on the whole projected vector, outside calculate_qkv_matrices.
-    "original_architecture": lambda v: v not in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"),
+    "original_architecture": lambda v: not by_class(v).qk_norm,
 }
 
 # Config fields that do not change what an attention module (or a plain gated MLP) computes from

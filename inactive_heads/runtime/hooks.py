@@ -9,6 +9,7 @@ Also here: tokenization without special tokens, length-sorted right-padded batch
 forward call that works for ``HookedTransformer`` and ``TransformerBridge`` alike.
 """
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
+from ..models.architectures import by_class
 from ..models.loading import architecture_of, model_info
 from ..models.tl_line import has_hooked_transformer
 from .activations import LayerActivations, keeps_transposes, transposed_weight
@@ -36,19 +38,32 @@ class StopForward(Exception):
     """Raised by the last needed hook to skip the rest of the network (no MLP, no logits)."""
 
 
+_BATCH_TOKENS = itertools.count()
+
+
+def new_batch_token() -> int:
+    """A token no other forward pass has: per-layer results that carry the same one
+    (:attr:`LayerActivations.batch`) belong to one batch and reach the host in one copy."""
+    return next(_BATCH_TOKENS)
+
+
 class HeadHookRunner:
     """Per-layer hooks that assemble :class:`LayerActivations` and pass them to ``on_layer``.
 
-    ``reads`` says which of ``pattern``/``v``/``z``/``W_O`` to capture (``z`` is always seen,
-    since the callback runs at ``hook_z``). If ``on_layer`` returns a tensor it replaces ``z``:
-    that is how ablation zeroes heads before ``W_O``. For padded batches call :meth:`set_batch`
-before each forward; without it every position counts as real.
+    The one place that builds the per-layer hook list (:meth:`fwd_hooks`) and the activations
+    handed to scores and ablations (:meth:`activations`). ``reads`` says which of
+    ``pattern``/``v``/``z``/``W_O`` to capture (``z`` is always seen, since the callback runs at
+    ``hook_z``). If ``on_layer`` returns a tensor it replaces ``z``: that is how ablation zeroes
+    heads before ``W_O``. For padded batches call :meth:`set_batch` before each forward; without
+    it every position counts as real. A caller that feeds other tensors (a shared prefix joining
+    its cached rows to each input's own) overrides :meth:`at_z` and builds its activations with
+    :meth:`activations`.
     """
 
     def __init__(
         self,
         model,
-        on_layer: LayerCallback,
+        on_layer: LayerCallback | None,
         *,
         reads: Sequence[str] = ("pattern", "v", "z"),
         seed: int = 0,
@@ -63,10 +78,22 @@ before each forward; without it every position counts as real.
         self._valid: Tensor | None = None
         self._sequence_ids: Tensor | None = None
         self._held: dict[str, Tensor] = {}
+        self._batch: int | None = None
 
     def set_batch(self, valid: Bool[Tensor, "batch pos"], sequence_ids: Int[Tensor, " batch"]) -> None:
         self._valid = valid
         self._sequence_ids = sequence_ids
+
+    def fwd_hooks(self) -> list[tuple[str, Callable]]:
+        """On every layer: hold ``hook_v`` / ``hook_pattern`` (what ``reads`` asks for, read-only)
+        until that layer's ``hook_z`` fires, then call :meth:`at_z` with them."""
+        hooks = []
+        for layer in range(self.info.n_layers):
+            for name in ("v", "pattern"):
+                if name in self.reads:
+                    hooks.append((hook_name(layer, name), self._hold(name)))
+            hooks.append((hook_name(layer, "z"), self._at_z(layer)))
+        return hooks
 
     def _hold(self, key: str):
         @read_only
@@ -76,40 +103,49 @@ before each forward; without it every position counts as real.
         return hook
 
     def _at_z(self, layer: int):
-        last = self.info.n_layers - 1
-
         def hook(z: Tensor, hook) -> Tensor | None:
-            valid, sequence_ids = self._valid, self._sequence_ids
-            if valid is None:  # no batch given: an unpadded batch, rows numbered from 0
-                valid = torch.ones(z.shape[:2], dtype=torch.bool)
-                sequence_ids = torch.arange(z.shape[0])
-            acts = LayerActivations(
-                layer=layer,
-                n_heads=self.info.n_heads,
-                valid=valid.to(z.device),
-                sequence_ids=sequence_ids,
-                pattern=self._held.pop("pattern", None),
-                v_grouped=self._held.pop("v", None),
-                z=z,
-                W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
-                seed=self.seed,
-            )
-            new_z = self.on_layer(acts)
-            if self.stop_after_last_layer and layer == last:
-                raise StopForward
-            return new_z
+            held, self._held = self._held, {}
+            return self.at_z(layer, z, held)
 
         return hook
 
-    def fwd_hooks(self) -> list[tuple[str, Callable]]:
-        hooks = []
-        for layer in range(self.info.n_layers):
-            if "v" in self.reads:
-                hooks.append((hook_name(layer, "v"), self._hold("v")))
-            if "pattern" in self.reads:
-                hooks.append((hook_name(layer, "pattern"), self._hold("pattern")))
-            hooks.append((hook_name(layer, "z"), self._at_z(layer)))
-        return hooks
+    def at_z(self, layer: int, z: Float[Tensor, "batch pos head d_head"], held: dict[str, Tensor]) -> Tensor | None:
+        """What runs at ``hook_z``: ``on_layer`` on this layer's activations; its result replaces ``z``.
+
+        ``held`` has the layer's ``v`` and ``pattern`` (those ``reads`` names). Each forward pass
+        (its layer 0) is a new batch token."""
+        if layer == 0:
+            self._batch = new_batch_token()
+        valid, sequence_ids = self._valid, self._sequence_ids
+        if valid is None:  # no batch given: an unpadded batch, rows numbered from 0
+            valid = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+            sequence_ids = torch.arange(z.shape[0])
+        acts = self.activations(layer, z, valid=valid, sequence_ids=sequence_ids,
+                                pattern=held.get("pattern"), v=held.get("v"), batch=self._batch)
+        new_z = self.on_layer(acts)
+        if self.stop_after_last_layer and layer == self.info.n_layers - 1:
+            raise StopForward
+        return new_z
+
+    def activations(self, layer: int, z: Float[Tensor, "batch pos head d_head"], *,
+                    valid: Bool[Tensor, "batch pos"], sequence_ids: Int[Tensor, " batch"],
+                    pattern: Tensor | None = None, v: Tensor | None = None,
+                    batch: int | None = None) -> LayerActivations:
+        """The :class:`LayerActivations` of ``layer`` for these tensors (``W_O`` if ``reads`` has it),
+        belonging to the batch ``batch`` (:func:`new_batch_token`)."""
+        acts = LayerActivations(
+            layer=layer,
+            n_heads=self.info.n_heads,
+            valid=valid.to(z.device),
+            sequence_ids=sequence_ids,
+            pattern=pattern,
+            v_grouped=v,
+            z=z,
+            W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
+            seed=self.seed,
+        )
+        acts.batch = batch
+        return acts
 
 
 def zero_heads(z: Float[Tensor, "batch pos head d_head"], flags: Bool[Tensor, "batch head"]) -> Tensor:
@@ -177,19 +213,11 @@ def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tenso
     return logits
 
 
-# Causal-LM classes whose logits are the output embedding of the base model's last hidden state
-# (then Gemma's soft cap): for these a bridge's logits can be taken at chosen positions only.
-_HEAD_IS_ONE_LINEAR = frozenset({
-    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM",
-    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM",
-})
-
-
 def hf_head_logits_supported(model) -> bool:
     """True for a ``TransformerBridge`` whose Hugging Face causal-LM head is one linear map of the
     base model's last hidden state (:func:`hf_head_logits` then gives its logits)."""
     hf = getattr(model, "original_model", None)
-    return hf is not None and architecture_of(hf.config) in _HEAD_IS_ONE_LINEAR
+    return hf is not None and by_class(architecture_of(hf.config)).head_is_one_linear
 
 
 def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows vocab"]:

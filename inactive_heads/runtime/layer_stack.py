@@ -25,11 +25,12 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..models.architectures import model_types_with
 from ..models.tl_line import is_bridge, is_hooked_transformer
 from .fast_attention import allowed_keys
 
 # Hugging Face model types whose base model is embed -> layers (one rotary table) -> norm.
-_PLAIN_DECODERS = frozenset({"llama", "qwen2", "mistral"})
+_PLAIN_DECODERS = model_types_with("plain_decoder")
 
 
 def bridge_unsupported_reason(model) -> str | None:

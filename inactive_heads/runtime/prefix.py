@@ -39,10 +39,9 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..models.tl_line import is_bridge, is_hooked_transformer
-from .activations import LayerActivations
 from .fast_attention import PrefixKV, state_of, supports_fast_attention
-from .hook_registry import installed, read_only
-from .hooks import LayerCallback, StopForward, zero_heads
+from .hook_registry import installed
+from .hooks import HeadHookRunner, LayerCallback, StopForward, new_batch_token, zero_heads
 from .layer_stack import LayerStack, bridge_unsupported_reason
 
 @dataclass
@@ -174,6 +173,17 @@ class ReuseStats:
                 "hit_rate": round(self.hit_rate, 4)}
 
 
+class _PrefixHooks(HeadHookRunner):
+    """The hook runner's per-layer hooks, with what runs at ``hook_z`` given to a :class:`SharedPrefix`."""
+
+    def __init__(self, shared: "SharedPrefix"):
+        super().__init__(shared.model, None, reads=sorted(shared.reads), seed=shared.seed)
+        self.shared = shared
+
+    def at_z(self, layer: int, z: Tensor, held: dict[str, Tensor]) -> Tensor | None:
+        return self.shared._on_z(layer, z, held)
+
+
 class SharedPrefix:
     """Run inputs that share a prefix, computing the prefix once per decision history.
 
@@ -220,25 +230,42 @@ class SharedPrefix:
         self._layers_made: set[int] = set()  # layers for which a prefix state was made (later ones branch)
         self._trace: list[_Step] | None = None  # forward(keep=True): what extended() appends
         self._valid: Tensor | None = None
+        self._token: int | None = None  # the batch token of the forward() under way
+        self._runner = _PrefixHooks(self)
         self._held_rest: tuple[Tensor, Tensor | None] | None = None
 
     # -- hooks ------------------------------------------------------------------------------
-    def _hooks(self) -> list:
-        hooks = []
-        for layer in range(self.n_layers):
-            for name in ("v", "pattern"):
-                if name in self.reads:
-                    hooks.append((f"blocks.{layer}.attn.hook_{name}", self._hold(name)))
-            hooks.append((f"blocks.{layer}.attn.hook_z", self._at_z(layer)))
-        return hooks
-
-    def _hold(self, name: str):
-        @read_only
-        def hook(activation: Tensor, hook) -> None:
-            if self._mode is not None:
-                self._held[name] = activation
-
-        return hook
+    def _on_z(self, layer: int, z: Tensor, held: dict[str, Tensor]) -> Tensor | None:
+        """At ``hook_z``: a prefix node keeps its ``z`` (and pattern) and stops; the inputs' rows
+        are joined with their nodes' prefix rows and handed to the callbacks."""
+        if self._mode == "node":
+            self._held = {**held, "z": z}
+            raise StopForward  # the prefix node needs nothing after its attention
+        if self._mode != "rows":
+            return None
+        b = z.shape[0]
+        valid, sequence_ids = self._batch
+        pattern = None
+        if "pattern" in self.reads:
+            pattern = self._whole_pattern(held["pattern"])
+        acts = self._runner.activations(
+            layer,
+            torch.cat([self._rows("z", b), z], dim=1),
+            valid=torch.cat([valid.new_ones((b, self.length)), valid], dim=1),
+            sequence_ids=sequence_ids,
+            pattern=pattern,
+            v=torch.cat([self._rows("values", b), held["v"]], dim=1) if "v" in self.reads else None,
+            batch=self._token,
+        )
+        flags = None
+        for callback in self.callbacks:
+            out = callback(acts)
+            if out is not None:
+                flags = out
+        self._flags = flags
+        if self._trace is not None:
+            self._held_rest = (z, held.get("pattern"))
+        return None if flags is None else zero_heads(z, flags)
 
     def _rows(self, attr: str, b: int) -> Tensor:
         """The nodes' cached ``attr`` for each row of the batch: ``[batch, ...]``."""
@@ -246,42 +273,6 @@ class SharedPrefix:
         if all(p is parts[0] for p in parts):
             return parts[0].expand(b, *parts[0].shape[1:])
         return torch.cat(parts)
-
-    def _at_z(self, layer: int):
-        def hook(z: Tensor, hook) -> Tensor | None:
-            if self._mode == "node":
-                self._held["z"] = z
-                raise StopForward  # the prefix node needs nothing after its attention
-            if self._mode != "rows":
-                return None
-            held, self._held = self._held, {}
-            b, rest = z.shape[0], z.shape[1]
-            valid, sequence_ids = self._batch
-            pattern = None
-            if "pattern" in self.reads:
-                pattern = self._whole_pattern(held["pattern"])
-            acts = LayerActivations(
-                layer=layer,
-                n_heads=self.n_heads,
-                valid=torch.cat([valid.new_ones((b, self.length)), valid], dim=1),
-                sequence_ids=sequence_ids,
-                pattern=pattern,
-                v_grouped=torch.cat([self._rows("values", b), held["v"]], dim=1) if "v" in self.reads else None,
-                z=torch.cat([self._rows("z", b), z], dim=1),
-                W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
-                seed=self.seed,
-            )
-            flags = None
-            for callback in self.callbacks:
-                out = callback(acts)
-                if out is not None:
-                    flags = out
-            self._flags = flags
-            if self._trace is not None:
-                self._held_rest = (z, held.get("pattern"))
-            return None if flags is None else zero_heads(z, flags)
-
-        return hook
 
     def _whole_pattern(self, rest: Tensor) -> Tensor:
         """``[batch, head, prefix + rest, prefix + rest]``: the nodes' prefix rows (which never see
@@ -371,9 +362,10 @@ class SharedPrefix:
         mask = valid.to(dtype=torch.long, device=tokens.device)
         kv = PrefixKV(self.length, [None] * self.n_layers, [None] * self.n_layers)
         self._batch = (valid, sequence_ids)
+        self._token = new_batch_token()
         self._trace = [] if keep else None
         nodes = [self.root] * b
-        with installed(model, self._hooks()):
+        with installed(model, self._runner.fwd_hooks()):
             resid = self._stack.embed(tokens, mask)
             for layer in range(self.n_layers):
                 for node in {id(n): n for n in nodes}.values():

@@ -217,7 +217,7 @@ class ScoreRecorder:
                     f"score '{f.key}' returned shape {tuple(v.shape)}; it must return [batch, head]"
                 )
             values.append(v.detach().float())
-        self._pending.add(acts.layer, acts.sequence_ids, torch.stack(values))  # [score, batch, head]
+        self._pending.add(acts.layer, acts.batch, acts.sequence_ids, torch.stack(values))  # [score, batch, head]
 
     def flush(self) -> None:
         """Copy the pending layers' scores to the host (one copy per batch) and check they are finite."""

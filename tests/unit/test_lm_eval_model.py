@@ -199,16 +199,16 @@ def test_a_nan_in_a_zeroed_head_does_not_survive(model):
 def test_held_heads_in_generation_are_zeroed_by_masked_fill():
     from inactive_heads.evaluation.generation import _HeldHeads
 
-    held = _HeldHeads(2)
-    held.masks = torch.zeros(1, 2, 3, dtype=torch.bool)  # [row, layer, head]
+    held = _HeldHeads(tiny_gqa_model(n_layers=2))  # 6 heads
+    held.masks = torch.zeros(1, 2, 6, dtype=torch.bool)  # [row, layer, head]
     held.masks[0, 1, 2] = True
     hooks = dict(held.hooks())
-    z = torch.randn(1, 4, 3, 5)
+    z = torch.randn(1, 4, 6, 5)
     z[0, 1, 2, 0] = float("nan")
     z[0, 2, 2, 1] = float("inf")
     out = hooks["blocks.1.attn.hook_z"](z, None)
     assert torch.equal(out[:, :, 2], torch.zeros(1, 4, 5))
-    assert torch.equal(out[:, :, :2], z[:, :, :2])
+    assert torch.equal(out[:, :, :2], z[:, :, :2]) and torch.equal(out[:, :, 3:], z[:, :, 3:])
     z0 = hooks["blocks.0.attn.hook_z"](z, None)  # nothing held in layer 0: z passes unchanged
     assert torch.equal(z0.nan_to_num(posinf=7.0), z.nan_to_num(posinf=7.0))
 

@@ -212,6 +212,28 @@ def test_dynamic_ablation_copies_to_the_host_once_per_batch(monkeypatch):
     assert fraction == pytest.approx(mask.float().mean().item())
 
 
+def test_ablation_apply_copies_to_the_host_once_per_forward_pass(monkeypatch):
+    # Under apply() each pass renumbers its rows at every layer (a new sequence-ids tensor per
+    # layer); the flags of all layers of one pass must still reach the host in one copy.
+    model = tiny_gqa_model()
+    n_layers = model.cfg.n_layers
+    assert n_layers > 1
+    tokens = torch.tensor(random_sequences(3, seed=6, min_len=7, max_len=7))
+    abl = DynamicAblation("ahon_ln", 0.9)
+    abl.reset(model)
+    calls = _count_cpu_calls(monkeypatch)
+    with abl.apply(model), torch.inference_mode():
+        model(tokens)
+        assert len(calls) == 0  # the first pass's flags wait on the device
+        model(tokens)
+        assert len(calls) == 1  # the second pass's layer 0 brings the first pass over, in one copy
+    mask = abl.stats.flagged_mask()  # reading brings the second pass over
+    assert len(calls) == 2
+    assert calls[0] == (n_layers, 3 * model.cfg.n_heads + 1)  # every layer's [3, head] flags + the finite flag
+    assert mask.shape == (6, n_layers, model.cfg.n_heads)
+    assert torch.equal(mask[:3], mask[3:])  # the same tokens, the same decisions
+
+
 def test_a_non_finite_score_during_ablation_is_still_an_error():
     model = tiny_gqa_model()
     with torch.no_grad():
