@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..ablation.head_ablation import HeadAblation, as_ablation
+from ..ablation.coerce import as_ablation
+from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
