@@ -10,6 +10,11 @@ sequence from that layer's pattern/values/outputs **in the same forward pass** �
 earlier layers changes the scores of later ones (the cascade) — and the heads that the score calls
 inactive at τ are zeroed for that sequence only. Flags are counted, so the **realized** fraction of
 (sequence, layer, head) zeroed can be reported overall and per layer.
+
+Ablation *kinds* are registered (:func:`register_ablation`): ``static``, ``dynamic`` and ``random``
+are the built-in ones, and a registered subclass of :class:`HeadAblation` is one too. A kind's
+spec (``ablation.to_spec()``, an :class:`AblationSpec`'s ``to_dict()``) is what records store and
+:func:`ablation_from_spec` rebuilds; :class:`AblationSpec` finds the class by looking its kind up.
 """
 
 import json
@@ -304,7 +309,10 @@ class HeadAblation:
         self._offset: int | None = None
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
+        try:
+            return f"<{type(self).__name__} {self.name}>"
+        except Exception:  # e.g. params() of a half-built instance: the class is enough
+            return f"<{type(self).__name__}>"
 
     @property
     def stats(self) -> AblationStats | None:
