@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -135,12 +134,12 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         reuse_prefix: bool | str = False,
         decision: str = "per_step",
         use_cache: bool | str = True,
-        imports: str | Sequence[str] = (),
+        imports: str | Sequence[str] | None = (),
     ):
         TemplateLM.__init__(self)
         # First: the modules may register the ablation kind that ``ablation`` names.
-        if isinstance(imports, str):
-            imports = [name for name in imports.split(";") if name.strip()]
+        if imports is None or isinstance(imports, str):
+            imports = [name for name in (imports or "").split(";") if name.strip()]
         self.imports = import_modules(imports, what="model arg imports")
         if attention not in ATTENTION_MODES:
             raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
