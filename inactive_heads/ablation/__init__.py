@@ -8,5 +8,10 @@ from .head_ablation import (
     HeadAblation,
     RandomAblation,
     StaticAblation,
+    ablation_from_spec,
+    ablation_kinds,
+    register_ablation,
+    unregister_ablation,
     zero_heads_hook,
 )
+from .coerce import CalibratedAblation, as_ablation, parse_ablation

@@ -10,8 +10,14 @@ sequence from that layer's pattern/values/outputs **in the same forward pass** �
 earlier layers changes the scores of later ones (the cascade) — and the heads that the score calls
 inactive at τ are zeroed for that sequence only. Flags are counted, so the **realized** fraction of
 (sequence, layer, head) zeroed can be reported overall and per layer.
+
+Ablation *kinds* are registered (:func:`register_ablation`): ``static``, ``dynamic`` and ``random``
+are the built-in ones, and a registered subclass of :class:`HeadAblation` is one too. A kind's
+spec (``ablation.to_spec()``, an :class:`AblationSpec`'s ``to_dict()``) is what records store and
+:func:`ablation_from_spec` rebuilds; :class:`AblationSpec` finds the class by looking its kind up.
 """
 
+import json
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -21,7 +27,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..core.errors import UserError
+from ..core.errors import UnknownNameError, UserError
 from ..models.loading import model_info
 from ..runtime.deferred import DeferredCopies
 from ..runtime.hook_registry import installed
@@ -29,58 +35,174 @@ from ..runtime.hooks import HeadHookRunner, zero_heads
 from ..scoring.scores import LayerActivations, get_score, layer_reads
 
 
+BUILT_IN_KINDS = ("static", "dynamic", "random")
+_KINDS: dict[str, type["HeadAblation"]] = {}  # kind -> class, built-ins first
+_KIND_OF: dict[type, str] = {}  # class -> kind
+_RESERVED_KINDS = ("custom", "none")  # "custom": describe() of an unregistered class; "none": no ablation
+
+
 @dataclass(frozen=True)
 class AblationSpec:
     """A JSON-friendly description of an ablation; ``build()`` turns it into hooks.
 
+    ``kind`` is a registered ablation kind (:func:`register_ablation`); the lookup finds its class.
+
     - ``static``: ``heads`` = list of (layer, head), zeroed on every sequence;
     - ``dynamic``: ``score`` key and ``threshold`` τ, decided per sequence and layer in-pass;
-    - ``random``: each (sequence, layer, head) zeroed with probability ``threshold``, seeded.
+    - ``random``: each (sequence, layer, head) zeroed with probability ``threshold``, seeded;
+    - a kind you registered: its keyword arguments in ``params`` (the class's :meth:`HeadAblation.params`).
     """
 
-    kind: str  # "static", "dynamic" or "random"; checked in __post_init__ with a clear message
+    kind: str
     score: str | None = None
     threshold: float | None = None
     heads: tuple = ()  # of (layer, head) pairs
     seed: int = 0
+    params: dict[str, Any] | None = None  # a registered (non built-in) kind's keyword arguments
 
     def __post_init__(self):
-        if self.kind not in ("static", "dynamic", "random"):
-            raise UserError(f"unknown ablation kind {self.kind!r}; use 'static', 'dynamic' or 'random'")
-        if self.kind == "dynamic":
-            get_score(self.score)  # raises with the list of known scores
-            if self.threshold is None or not _finite(self.threshold):
-                raise UserError(f"dynamic ablation needs a finite threshold, got {self.threshold!r}")
-        if self.kind == "random" and not (self.threshold is not None and 0.0 <= self.threshold <= 1.0):
-            raise UserError(f"random ablation needs a probability threshold in [0, 1], got {self.threshold!r}")
-        if self.kind == "static":
-            object.__setattr__(self, "heads", tuple((int(l), int(h)) for l, h in self.heads))
+        cls = ablation_kind(self.kind)  # one-line error listing the registered kinds
+        if self.kind in BUILT_IN_KINDS:
+            if self.params is not None:
+                raise UserError(f"the built-in ablation kind {self.kind!r} takes score, threshold, heads and seed, "
+                                f"not params; got params={self.params!r}")
+            cls._check_fields(self)
+            return
+        if (self.score, self.threshold, self.heads, self.seed) != (None, None, (), 0):
+            raise UserError(f"ablation kind {self.kind!r} takes its arguments in params=..., not in "
+                            "score, threshold, heads or seed")
+        object.__setattr__(self, "params", _json_params(self.kind, self.params or {}))
 
     @property
     def name(self) -> str:
-        if self.kind == "static":
-            return f"static:{len(self.heads)}heads"
-        if self.kind == "random":
-            return f"random:{self.threshold:g}"
-        return f"{self.score}:{self.threshold:.6g}"
+        if self.kind in BUILT_IN_KINDS:
+            return _KINDS[self.kind]._fields_name(self)
+        if not self.params:
+            return self.kind
+        return f"{self.kind}(" + ", ".join(f"{k}={json.dumps(v)}" for k, v in self.params.items()) + ")"
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"kind", "score", "threshold", "heads", "seed"}`` for a built-in kind (the format of
+        every record so far), ``{"kind": kind, **params}`` for a registered one."""
+        if self.kind not in BUILT_IN_KINDS:
+            return {"kind": self.kind, **self.params}
         d = asdict(self)
+        del d["params"]
         d["heads"] = [list(h) for h in self.heads]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AblationSpec":
+        """Inverse of :meth:`to_dict` (the kind must be registered: import its module first)."""
+        if not isinstance(d, dict) or not isinstance(d.get("kind"), str):
+            raise UserError(f"an ablation spec is a dict with a 'kind' (e.g. {{'kind': 'static', 'heads': [[3, 1]]}}), "
+                            f"got {d!r}")
         d = dict(d)
+        if d["kind"] not in BUILT_IN_KINDS:
+            kind = d.pop("kind")
+            return cls(kind, params=d)
         d["heads"] = tuple(tuple(h) for h in d.get("heads", ()))
         return cls(**d)
 
     def build(self) -> "HeadAblation":
-        if self.kind == "static":
-            return StaticAblation(self.heads)
-        if self.kind == "random":
-            return RandomAblation(self.threshold, seed=self.seed)
-        return DynamicAblation(self.score, self.threshold, seed=self.seed)
+        """The ablation this spec describes: the registered class of ``kind``, built from the spec."""
+        return _KINDS[self.kind]._from_spec(self)
+
+
+def _json_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as its JSON form (what a record stores and a worker reads back), or a one-line error."""
+    if not isinstance(params, dict) or "kind" in params or not all(isinstance(k, str) for k in params):
+        raise UserError(f"the params of ablation kind {kind!r} must be a dict with string keys other than 'kind', "
+                        f"got {params!r}")
+    try:
+        return json.loads(json.dumps(params, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise UserError(f"the params of ablation kind {kind!r} must be JSON values (numbers, strings, lists, "
+                        f"dicts), got {params!r}: {err}") from None
+
+
+def register_ablation(kind: str, *, overwrite: bool = False):
+    """Class decorator: make a :class:`HeadAblation` subclass the ablation kind ``kind``.
+
+    A registered kind has a spec (``ablation.to_spec()``: ``{"kind": kind, **ablation.params()}``),
+    which records store and :func:`ablation_from_spec` rebuilds (the lm-eval model reads it from
+    its ``ablation`` argument). The module that registers the kind must be imported before a spec
+    naming it is read.
+
+    >>> @register_ablation("layer_zero_heads")
+    ... class LayerZeroHeads(HeadAblation):
+    ...     def decide(self, acts):
+    ...         return torch.full((acts.z.shape[0], acts.n_heads), acts.layer == 0, device=acts.z.device)
+    >>> LayerZeroHeads().to_spec(), type(ablation_from_spec({"kind": "layer_zero_heads"})).__name__
+    ({'kind': 'layer_zero_heads'}, 'LayerZeroHeads')
+    >>> unregister_ablation("layer_zero_heads")
+    """
+    if not isinstance(kind, str) or not kind.isidentifier():
+        raise UserError(f"ablation kind {kind!r} must be a Python identifier such as 'my_ablation'")
+    if kind in _RESERVED_KINDS:
+        raise UserError(f"ablation kind {kind!r} is reserved; choose another name")
+
+    def decorate(cls):
+        if not (isinstance(cls, type) and issubclass(cls, HeadAblation)):
+            raise UserError(f"register_ablation({kind!r}) decorates a HeadAblation subclass, got {cls!r}")
+        if kind in BUILT_IN_KINDS and kind in _KINDS:
+            raise UserError(f"{kind!r} is a built-in ablation kind and cannot be replaced; choose another name")
+        if kind in _KINDS and _KINDS[kind] is not cls and not overwrite:
+            raise UserError(f"ablation kind {kind!r} is already registered ({_class_path(_KINDS[kind])}); "
+                            "pass overwrite=True to replace it")
+        if _KIND_OF.get(cls, kind) != kind:
+            raise UserError(f"{cls.__name__} is already registered as ablation kind {_KIND_OF[cls]!r}")
+        if kind in _KINDS:
+            del _KIND_OF[_KINDS[kind]]
+        _KINDS[kind] = cls
+        _KIND_OF[cls] = kind
+        return cls
+
+    return decorate
+
+
+def unregister_ablation(kind: str) -> None:
+    """Remove a registered ablation kind (the built-in kinds stay)."""
+    cls = ablation_kind(kind)
+    if kind in BUILT_IN_KINDS:
+        raise UserError(f"{kind!r} is a built-in ablation kind and cannot be removed")
+    del _KINDS[kind], _KIND_OF[cls]
+
+
+def ablation_kind(kind: str) -> type["HeadAblation"]:
+    """The class registered as ``kind``, or a one-line error listing the registered kinds."""
+    try:
+        return _KINDS[kind]
+    except (KeyError, TypeError):
+        pass
+    if kind == "custom":
+        raise UserError("ablation kind 'custom' is the record of an unregistered HeadAblation subclass and cannot "
+                        "be rebuilt; register the class with @ih.register_ablation('name') and record it again")
+    raise UnknownNameError(
+        f"unknown ablation kind {kind!r}; registered: {', '.join(_KINDS)} (register a HeadAblation subclass with "
+        "@ih.register_ablation('name') and import its module first; lm-eval model arg imports=MODULE)"
+    )
+
+
+def ablation_kinds() -> list[str]:
+    """The registered ablation kinds, built-in first (``static``, ``dynamic``, ``random``)."""
+    return list(_KINDS)
+
+
+def ablation_from_spec(spec: "dict[str, Any] | AblationSpec") -> "HeadAblation":
+    """The ablation a spec describes (``ablation.to_spec()``, a record's ``"ablation"``), rebuilt:
+    ``from_spec(a.to_spec())`` zeroes what ``a`` zeroes. The kind must be registered.
+
+    >>> ablation_from_spec({"kind": "dynamic", "score": "ahon_ln", "threshold": 0.5}).name
+    'ahon_ln:0.5'
+    """
+    if not isinstance(spec, AblationSpec):
+        spec = AblationSpec.from_dict(spec)
+    return spec.build()
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _finite(x: float) -> bool:
@@ -187,6 +309,12 @@ class HeadAblation:
         # sequences already seen (its own Random draws, its own entries in stats.masks).
         self._offset: int | None = None
 
+    def __repr__(self) -> str:
+        try:
+            return f"<{type(self).__name__} {self.name}>"
+        except Exception:  # e.g. params() of a half-built instance: the class is enough
+            return f"<{type(self).__name__}>"
+
     @property
     def stats(self) -> AblationStats | None:
         """What was zeroed so far (pending flags are brought to the host first)."""
@@ -220,39 +348,75 @@ class HeadAblation:
         elif bool(bad):
             raise FloatingPointError(f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32")
 
-    def _own_spec(self) -> AblationSpec | None:
-        """The spec of a built-in ablation (None for a custom one)."""
-        return None
+    def params(self) -> dict[str, Any]:
+        """The keyword arguments of ``__init__`` that rebuild this ablation (JSON values): what a
+        registered kind's spec holds besides ``"kind"``. The default, ``{}``, fits a class whose
+        ``__init__`` takes none; override it otherwise (the built-ins return theirs, so a registered
+        subclass of one with the same ``__init__`` needs nothing more)."""
+        return {}
+
+    @classmethod
+    def _from_spec(cls, spec: AblationSpec) -> "HeadAblation":
+        """This registered class built from ``spec`` (a registered kind's: ``cls(**spec.params)``)."""
+        try:
+            return cls(**spec.params)
+        except TypeError as err:
+            raise UserError(f"cannot build ablation kind {spec.kind!r} ({cls.__name__}) from params {spec.params!r}: "
+                            f"{err}; its params() must return the keyword arguments of __init__") from None
+
+    def _spec_as(self, base: type) -> AblationSpec:
+        """This ablation's spec under the kind of the registered class ``base`` (its own or an ancestor)."""
+        kind = _KIND_OF[base]
+        if kind in BUILT_IN_KINDS:
+            return base._own_spec(self)
+        params = self.params()
+        if not isinstance(params, dict):
+            raise UserError(f"{type(self).__name__}.params() returned {type(params).__name__}; return a dict of "
+                            "the keyword arguments of __init__")
+        return AblationSpec(kind, params=params)
 
     @property
     def spec(self) -> AblationSpec | None:
-        """The :class:`AblationSpec` that rebuilds this ablation, or None when there is none: a
-        custom subclass, including a built-in whose :meth:`decide` is overridden."""
-        own = self._own_spec()
-        if own is None or _overrides_decide(type(self)):
+        """The :class:`AblationSpec` that rebuilds this ablation, or None when there is none: an
+        unregistered subclass that overrides :meth:`decide` (of a built-in too). An unregistered
+        subclass that keeps its registered base's ``decide`` has the base's spec."""
+        base = _registered_base(type(self))
+        if base is None or (base is not type(self) and type(self).decide is not base.decide):
             return None
-        return own
+        return self._spec_as(base)
+
+    def to_spec(self) -> dict[str, Any]:
+        """The JSON spec that :func:`ablation_from_spec` rebuilds this ablation from (what records
+        store): ``{"kind": ..., ...}``. An unregistered class has none: a one-line error says how to
+        register it."""
+        spec = self.spec
+        if spec is None:
+            raise UserError(
+                f"{type(self).__name__} is not a registered ablation kind, so it has no spec to rebuild it from; "
+                f"decorate the class with @ih.register_ablation('name') (and import its module where the spec is read)"
+            )
+        return spec.to_dict()
 
     @property
     def name(self) -> str:
         """Short name for progress bars and records: the spec's (``ahon_ln:0.5``), else the class's
-        (``KeepLayer0``, or ``KeepLayer0(ahon_ln:0.5)`` for a subclass of a built-in)."""
+        (``KeepLayer0``, or ``KeepLayer0(ahon_ln:0.5)`` for a subclass of a registered kind)."""
         spec = self.spec
         if spec is not None:
             return spec.name
-        base = self._own_spec()
-        return type(self).__name__ + (f"({base.name})" if base is not None else "")
+        base = _registered_base(type(self))
+        return type(self).__name__ + (f"({self._spec_as(base).name})" if base is not None else "")
 
     def describe(self) -> dict[str, Any]:
-        """JSON-friendly record of this ablation: ``spec.to_dict()``, or for a custom ablation its
-        class, :attr:`name` and the spec of the built-in it extends (if any)."""
+        """JSON-friendly record of this ablation: ``spec.to_dict()`` (:meth:`to_spec`), or for an
+        unregistered custom ablation its class, :attr:`name` and the spec of the registered kind it
+        extends (if any)."""
         spec = self.spec
         if spec is not None:
             return spec.to_dict()
-        base = self._own_spec()
-        cls = type(self)
-        return {"kind": "custom", "name": self.name, "class": f"{cls.__module__}.{cls.__qualname__}",
-                "base": base.to_dict() if base is not None else None}
+        base = _registered_base(type(self))
+        return {"kind": "custom", "name": self.name, "class": _class_path(type(self)),
+                "base": self._spec_as(base).to_dict() if base is not None else None}
 
     def reset(self, model) -> None:
         info = model_info(model)
@@ -308,6 +472,7 @@ class HeadAblation:
             self._offset = None
 
 
+@register_ablation("static")
 class StaticAblation(HeadAblation):
     """Zero a fixed set of (layer, head) on every sequence, at all positions."""
 
@@ -320,6 +485,21 @@ class StaticAblation(HeadAblation):
 
     def _own_spec(self) -> AblationSpec:
         return AblationSpec("static", heads=self.heads)
+
+    def params(self) -> dict[str, Any]:
+        return {"heads": [list(h) for h in self.heads]}
+
+    @staticmethod
+    def _check_fields(spec: AblationSpec) -> None:
+        object.__setattr__(spec, "heads", tuple((int(l), int(h)) for l, h in spec.heads))
+
+    @staticmethod
+    def _fields_name(spec: AblationSpec) -> str:
+        return f"static:{len(spec.heads)}heads"
+
+    @classmethod
+    def _from_spec(cls, spec: AblationSpec) -> HeadAblation:
+        return StaticAblation(spec.heads) if spec.kind == "static" else super()._from_spec(spec)
 
     def reset(self, model) -> None:
         info = model_info(model)
@@ -336,6 +516,7 @@ class StaticAblation(HeadAblation):
         return flags
 
 
+@register_ablation("dynamic")
 class DynamicAblation(HeadAblation):
     """The paper's intervention: zero heads whose in-pass score is beyond τ, per sequence and layer."""
 
@@ -351,6 +532,25 @@ class DynamicAblation(HeadAblation):
     def _own_spec(self) -> AblationSpec:
         return AblationSpec("dynamic", score=self.score.key, threshold=self.threshold, seed=self.seed)
 
+    def params(self) -> dict[str, Any]:
+        return {"score": self.score.key, "threshold": self.threshold, "seed": self.seed}
+
+    @staticmethod
+    def _check_fields(spec: AblationSpec) -> None:
+        get_score(spec.score)  # raises with the list of known scores
+        if spec.threshold is None or not _finite(spec.threshold):
+            raise UserError(f"dynamic ablation needs a finite threshold, got {spec.threshold!r}")
+
+    @staticmethod
+    def _fields_name(spec: AblationSpec) -> str:
+        return f"{spec.score}:{spec.threshold:.6g}"
+
+    @classmethod
+    def _from_spec(cls, spec: AblationSpec) -> HeadAblation:
+        if spec.kind != "dynamic":
+            return super()._from_spec(spec)
+        return DynamicAblation(spec.score, spec.threshold, seed=spec.seed)
+
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
         """The heads whose in-pass score on each row is beyond τ (a non-finite score is an error)."""
         values = self.score(acts)
@@ -358,6 +558,7 @@ class DynamicAblation(HeadAblation):
         return self.score.is_inactive(values, self.threshold)
 
 
+@register_ablation("random")
 class RandomAblation(DynamicAblation):
     """Zero each (sequence, layer, head) with probability ``p`` (the paper's Random baseline)."""
 
@@ -371,13 +572,28 @@ class RandomAblation(DynamicAblation):
     def _own_spec(self) -> AblationSpec:
         return AblationSpec("random", threshold=self.threshold, seed=self.seed)
 
+    def params(self) -> dict[str, Any]:
+        return {"p": self.threshold, "seed": self.seed}
 
-def _overrides_decide(cls: type) -> bool:
-    """Whether ``cls`` (a subclass of a built-in ablation) replaces the built-in's ``decide``."""
-    for base in cls.__mro__:
-        if base in _BUILT_IN:
-            return cls.decide is not base.decide
-    return True
+    @staticmethod
+    def _check_fields(spec: AblationSpec) -> None:
+        if not (spec.threshold is not None and 0.0 <= spec.threshold <= 1.0):
+            raise UserError(f"random ablation needs a probability threshold in [0, 1], got {spec.threshold!r}")
+
+    @staticmethod
+    def _fields_name(spec: AblationSpec) -> str:
+        return f"random:{spec.threshold:g}"
+
+    @classmethod
+    def _from_spec(cls, spec: AblationSpec) -> HeadAblation:
+        if spec.kind != "random":
+            return super()._from_spec(spec)
+        return RandomAblation(spec.threshold, seed=spec.seed)
+
+
+def _registered_base(cls: type) -> type | None:
+    """The nearest registered class in ``cls``'s ancestry (``cls`` itself when registered)."""
+    return next((base for base in cls.__mro__ if base in _KIND_OF), None)
 
 
 def _checked_flags(ablation: HeadAblation, flags, acts: LayerActivations) -> Tensor:
@@ -392,8 +608,6 @@ def _checked_flags(ablation: HeadAblation, flags, acts: LayerActivations) -> Ten
         )
     return flags.to(acts.z.device)
 
-
-_BUILT_IN = (StaticAblation, DynamicAblation, RandomAblation)
 
 
 def zero_heads_hook(heads: Iterable[int]):
@@ -412,17 +626,3 @@ def zero_heads_hook(heads: Iterable[int]):
         return z
 
     return hook
-
-
-def as_ablation(ablation) -> "HeadAblation | None":
-    """``None``, a :class:`HeadAblation`, an :class:`AblationSpec` or its dict form, as a HeadAblation."""
-    if ablation is None or isinstance(ablation, HeadAblation):
-        return ablation
-    if isinstance(ablation, AblationSpec):
-        return ablation.build()
-    if isinstance(ablation, dict):
-        return AblationSpec.from_dict(ablation).build()
-    raise TypeError(
-        f"ablation must be None, a HeadAblation (StaticAblation/DynamicAblation/RandomAblation) "
-        f"or an AblationSpec, got {type(ablation).__name__}"
-    )

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..ablation.head_ablation import HeadAblation, as_ablation
+from ..ablation.coerce import as_ablation
+from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
@@ -372,6 +373,9 @@ def evaluate(
     ...                ablation=DynamicAblation("ahon_ln", 0.4))                  # doctest: +SKIP
     >>> res.accuracy, res.realized_fraction                                       # doctest: +SKIP
 
+    ``ablation``: a :class:`HeadAblation` (kept itself), an :class:`AblationSpec`, a spec dict
+    (``ablation.to_spec()``, any registered kind) or text (``"ahon_ln@0.8"``), read by
+    :func:`~inactive_heads.ablation.coerce.as_ablation`.
     ``task`` is "mmlu", "piqa" or "winogrande", "lm-eval:<task>" (an lm-eval multiple-choice task,
     its requests built by lm-eval), "gsm8k" (below), or an :class:`EvalPlan` from
     :func:`plan_evaluation`, to tokenize once for many runs. ``apply_chat_template=None`` follows

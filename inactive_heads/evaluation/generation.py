@@ -33,7 +33,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..ablation.head_ablation import HeadAblation, as_ablation
+from ..ablation.coerce import as_ablation
+from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info

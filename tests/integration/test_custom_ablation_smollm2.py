@@ -71,3 +71,51 @@ def test_lm_eval_model_keeps_the_instance(smollm2, piqa):
     kept = ih.lm_eval_model(smollm2, ablation=KeepLayer0("ahon_ln", 0.9), batch_size=4, progress=False)
     kept.loglikelihood(requests)
     assert kept.stats["loglikelihood"]["realized_fraction_per_layer"][0] == 0.0
+
+
+class ZeroFixed(ih.HeadAblation):
+    """A fixed head set, the mask built in decide (registered below, so it has a spec)."""
+
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = [[int(l), int(h)] for l, h in heads]
+
+    def params(self):
+        return {"heads": self.heads}
+
+    def decide(self, acts):
+        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
+        for layer, head in self.heads:
+            if layer == acts.layer:
+                flags[:, head] = True
+        return flags
+
+
+HEADS = [(0, 3), (5, 1), (17, 8), (29, 0)]
+
+
+@pytest.fixture
+def zero_fixed():
+    ih.register_ablation("zero_fixed_smollm2")(ZeroFixed)
+    yield {"kind": "zero_fixed_smollm2", "heads": [list(h) for h in HEADS]}
+    ih.unregister_ablation("zero_fixed_smollm2")
+
+
+@pytest.mark.parametrize("decision", ["per_step", "prompt"])
+def test_a_registered_kind_runs_through_gsm8k_and_is_recorded_by_its_spec(smollm2, zero_fixed, decision):
+    # Expected: the built-in StaticAblation of the same heads; 4 of 270 heads on every forward pass.
+    options = dict(limit=1, max_gen_toks=3, decision=decision, progress=False)
+    run = ih.evaluate(smollm2, "gsm8k", ablation=zero_fixed, **options)
+    static = ih.evaluate(smollm2, "gsm8k", ablation=ih.StaticAblation(HEADS), **options)
+    assert run.generations == static.generations and run.n_generated_tokens == 3
+    assert run.realized_fraction == pytest.approx(4 / 270, abs=1e-12)
+    assert run.config["ablation"] == zero_fixed
+
+
+@pytest.mark.slow
+def test_a_registered_kind_runs_through_a_multiple_choice_task(smollm2, piqa, zero_fixed):
+    run = ih.evaluate(smollm2, piqa, ablation=zero_fixed, progress=False)
+    static = ih.evaluate(smollm2, piqa, ablation=ih.StaticAblation(HEADS), progress=False)
+    plain = ih.evaluate(smollm2, piqa, attention="exact", progress=False)
+    assert run.loglikelihoods == static.loglikelihoods != plain.loglikelihoods
+    assert run.config["ablation"] == zero_fixed and run.realized_fraction == 4 / 270

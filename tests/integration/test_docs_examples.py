@@ -65,13 +65,18 @@ def shared_models(monkeypatch):
 
 @pytest.fixture
 def restore_registry():
-    """Examples may register scores; the registry is put back as it was afterwards."""
+    """Examples may register scores and ablation kinds; the registries are put back as they were afterwards."""
+    from inactive_heads.ablation import head_ablation
     from inactive_heads.scoring import scores
 
     saved = dict(scores._REGISTRY)
+    saved_kinds = {kind: head_ablation.ablation_kind(kind) for kind in head_ablation.ablation_kinds()}
     yield
     scores._REGISTRY.clear()
     scores._REGISTRY.update(saved)
+    for kind in head_ablation.ablation_kinds():
+        if kind not in saved_kinds:
+            head_ablation.unregister_ablation(kind)
 
 
 @pytest.mark.slow

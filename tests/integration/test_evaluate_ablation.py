@@ -72,7 +72,8 @@ def test_zeroing_every_head_leaves_no_attention_output_on_the_real_model(smollm2
         (dict(task="mmlu", subjects=["anatomyy"]), ValueError, "unknown MMLU subject 'anatomyy'"),
         (dict(task="mmlu", subjects=["anatomy"], limit=0), ValueError, "limit"),
         (dict(task="mmlu", subjects=["anatomy"], limit=-3), ValueError, "limit"),
-        (dict(task="piqa", ablation="ahon_ln"), TypeError, "ablation must be None, a HeadAblation"),
+        (dict(task="piqa", ablation="ahon_ln"), ValueError, "unknown ablation kind 'ahon_ln'; registered: static, "),
+        (dict(task="piqa", ablation=3), ValueError, "ablation must be None, a HeadAblation"),
     ],
 )
 def test_bad_input_gives_one_line(smollm2, kwargs, error, message):

@@ -231,15 +231,19 @@ def test_model_args_string_builds_the_model_type(smollm2, monkeypatch):
         "pretrained=smollm2-135m,ablation=random@0.25,seed=3,dtype=float32", {"batch_size": 4, "device": "cpu"}
     )
     assert isinstance(lm, InactiveHeadsLM)
-    assert lm.ablation == ih.AblationSpec("random", threshold=0.25, seed=3)
+    assert lm.ablation.spec == ih.AblationSpec("random", threshold=0.25, seed=3)
     assert lm.batch_size == 4
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("ahon_ln", ("cannot read ablation 'ahon_ln'; use score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), "
-                     "random@P or static:LAYER.HEAD/LAYER.HEAD")),
+        ("ahon_ln", ("unknown ablation kind 'ahon_ln'; registered: static, dynamic, random (register a HeadAblation "
+                     "subclass with @ih.register_ablation('name') and import its module first; lm-eval model arg "
+                     "imports=MODULE); as text also score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), random@P, "
+                     "static:LAYER.HEAD/LAYER.HEAD")),
+        ("ahon_ln 0.8", ("cannot read ablation 'ahon_ln 0.8'; use score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), "
+                         "random@P, static:LAYER.HEAD/LAYER.HEAD or a registered kind's name")),
         ("ahon_ln@x", "cannot read the number 'x' in ablation 'ahon_ln@x'"),
         ("nosuch@0.5", "unknown score 'nosuch'; known: awft, "),
         ("static:3/4", "bad head '3' in ablation 'static:3/4'; write static heads as static:LAYER.HEAD/LAYER.HEAD"),
@@ -258,8 +262,8 @@ def test_bad_ablation_text_is_a_one_line_error(text, message):
 
 def test_parsed_ablations():
     assert parse_ablation("none") is None
-    assert parse_ablation("ahon_ln@0.8") == ih.AblationSpec("dynamic", score="ahon_ln", threshold=0.8)
-    assert parse_ablation("random@0.1", seed=5) == ih.AblationSpec("random", threshold=0.1, seed=5)
+    assert parse_ablation("ahon_ln@0.8").spec == ih.AblationSpec("dynamic", score="ahon_ln", threshold=0.8)
+    assert parse_ablation("random@0.1", seed=5).spec == ih.AblationSpec("random", threshold=0.1, seed=5)
     assert parse_ablation("static:3.1/5.2").heads == ((3, 1), (5, 2))
     calibrated = parse_ablation("awft@p0.3")
     assert (calibrated.score, calibrated.p) == ("awft", 0.3)

@@ -209,13 +209,16 @@ def test_a_hookedtransformer_subclass_takes_the_hookedtransformer_paths():
     assert shapes == [(2, 1, model.cfg.d_model)]  # unembedding of the two answer positions only
 
 
-def test_as_ablation_takes_a_spec_its_dict_or_an_instance_and_refuses_the_rest():
-    from inactive_heads.ablation.head_ablation import as_ablation
+def test_as_ablation_takes_a_spec_its_dict_text_or_an_instance_and_refuses_the_rest():
+    from inactive_heads.ablation.coerce import as_ablation
 
     spec = AblationSpec("static", heads=((1, 2), (0, 1)))
     from_dict = as_ablation(spec.to_dict())
     assert isinstance(from_dict, StaticAblation) and set(from_dict.spec.heads) == {(1, 2), (0, 1)}
     instance = RandomAblation(0.5, seed=3)
     assert as_ablation(instance) is instance and as_ablation(None) is None
-    with pytest.raises(TypeError, match="got str"):
-        as_ablation("static:1.2")
+    assert as_ablation("static:1.2").heads == ((1, 2),)  # the lm-eval text grammar, everywhere
+    with pytest.raises(ih.UserError, match=r"^ablation must be None, a HeadAblation, .* got int$"):
+        as_ablation(3)
+    with pytest.raises(ih.UserError, match="only the lm-eval model does"):
+        as_ablation("ahon_ln@p0.1")

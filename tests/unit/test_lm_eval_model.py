@@ -233,3 +233,74 @@ def test_results_do_not_depend_on_batch_size_with_dynamic_ablation(model):
     assert_close(got[0], [(ll, g) for ll, g in got[1]])
     fractions = [lm.stats["loglikelihood"]["realized_fraction"] for lm in runs]
     assert 0 < fractions[0] == fractions[1] < 1
+
+
+FIXED_HEADS_MODULE = '''
+import torch
+import inactive_heads as ih
+
+
+@ih.register_ablation("fixed_heads_for_test")
+class FixedHeads(ih.HeadAblation):
+    def __init__(self, heads=((0, 1), (1, 4), (2, 0), (2, 5))):
+        super().__init__()
+        self.heads = [list(h) for h in heads]
+
+    def params(self):
+        return {"heads": self.heads}
+
+    def decide(self, acts):
+        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
+        for layer, head in self.heads:
+            if layer == acts.layer:
+                flags[:, head] = True
+        return flags
+'''
+
+
+@pytest.fixture
+def fixed_heads_module(tmp_path, monkeypatch):
+    """A user module registering the kind ``fixed_heads_for_test``, importable but not imported."""
+    import sys
+
+    (tmp_path / "ih_fixed_heads_for_test.py").write_text(FIXED_HEADS_MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "ih_fixed_heads_for_test"
+    if "fixed_heads_for_test" in ih.ablation_kinds():
+        ih.unregister_ablation("fixed_heads_for_test")
+    sys.modules.pop("ih_fixed_heads_for_test", None)
+
+
+def test_a_registered_kind_from_model_args_with_imports(model, fixed_heads_module, monkeypatch):
+    """``imports=MODULE,ablation=KIND`` (and a spec dict, as lm-eval's command line parses
+    ``ablation={...}``): the user's class zeroes the heads, equal to zeroing them by hand."""
+    monkeypatch.setattr(lmeval, "load_model", lambda spec, **kw: model)
+    requests = requests_with_shared_prefixes(seed=2, n=6)
+    heads = [(0, 1), (1, 4), (2, 0), (2, 5)]
+    with pytest.raises(ih.UserError, match="^unknown ablation kind 'fixed_heads_for_test'; .* imports=MODULE"):
+        make_lm(model, ablation="fixed_heads_for_test")  # the module is not imported yet
+    lm = lmeval.InactiveHeadsLM.create_from_arg_string(
+        f"pretrained=tiny,imports={fixed_heads_module},ablation=fixed_heads_for_test",
+        {"batch_size": 4, "device": "cpu", "progress": False},
+    )
+    got = lm._loglikelihood_tokens(requests)
+    assert_close(got, reference(model, requests, max_length=model.cfg.n_ctx, zero=heads))
+    spec = {"kind": "fixed_heads_for_test", "heads": [list(h) for h in heads]}
+    assert lm.stats["loglikelihood"]["ablation"] == spec
+    assert lm.get_model_info()["inactive_heads"]["ablation"] == spec
+    assert lm.stats["loglikelihood"]["flagged"] == lm.stats["loglikelihood"]["n_sequences"] * len(heads)
+    other = lmeval.InactiveHeadsLM.create_from_arg_obj(
+        {"pretrained": "tiny", "imports": [fixed_heads_module], "ablation": {**spec, "heads": [[1, 2]]}},
+        {"batch_size": 4, "progress": False},
+    )
+    assert_close(other._loglikelihood_tokens(requests),
+                 reference(model, requests, max_length=model.cfg.n_ctx, zero=[(1, 2)]))
+
+
+def test_imports_that_fail_are_a_one_line_error(model):
+    with pytest.raises(ih.UserError) as info:
+        make_lm(model, imports="ih_no_such_module_xyz")
+    assert str(info.value) == (
+        "cannot import module 'ih_no_such_module_xyz' (model arg imports): ModuleNotFoundError: No module named "
+        "'ih_no_such_module_xyz'; make it importable (PYTHONPATH) or remove it"
+    )
