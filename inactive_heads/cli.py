@@ -553,7 +553,7 @@ register_subcommand("report", "print the results table and write a self-containe
                     _add_report_arguments, _run_report)
 
 
-# The demo is sized to finish in about 10 minutes on 2 CPU cores and still say something: PIQA
+# The demo is sized to finish in minutes on 2 CPU cores (220 s measured, docs/sweeps.md) and still say something: PIQA
 # 0-shot (two short continuations per question, SmolLM2-135M well above the 50 % chance level),
 # many questions, few thresholds, two scores and Random. The label-free answer agreement is paired
 # and separates the scores even where accuracy differences are within the sampling error.
@@ -651,7 +651,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and real PIQA (about 10 min on 2 cores)",
+register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and real PIQA (about 4 min on 2 cores)",
                     _add_demo_arguments, _run_demo)
 
 

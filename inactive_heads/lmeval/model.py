@@ -25,8 +25,10 @@ right-padded batches with an attention mask; only the scored positions are unemb
 attention forms of :mod:`inactive_heads.runtime.fast_attention`, model arg ``attention``; prefix
 reuse when ``reuse_prefix=True``). Those inputs are the sequences on which dynamic ablation
 decides and over which the realized fraction is counted. Generation
-(``generate_until``) is greedy; the heads to zero are decided on the prompt and held, for that
-prompt, through every decoding step. The realized fraction is in :attr:`InactiveHeadsLM.stats`
+(``generate_until``) is greedy, per the model arg ``decision``: ``"per_step"`` (default, the
+authors' protocol) re-runs the whole sequence and re-decides the heads at every new token, without
+a cache; ``"prompt"`` decides them on the prompt and holds them, for that prompt, through every
+decoding step (with a KV cache unless ``use_cache=False``). The realized fraction is in :attr:`InactiveHeadsLM.stats`
 and in lm-eval's results under ``results["config"]["inactive_heads"]``.
 
 lm-eval (0.4.13) finds models only in its own registry; importing this module registers

@@ -1,4 +1,4 @@
-"""Stage between ablation and analysis, pruning: from inactive heads to real savings.
+"""Stage 5, pruning (between ablation and analysis): from inactive heads to real savings.
 
 :func:`~.static.static_heads` turns recorded per-input scores into one fixed set of heads,
 :func:`~.export.export_pruned` writes a checkpoint without them (zeroed or physically pruned,

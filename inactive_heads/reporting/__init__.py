@@ -1,1 +1,1 @@
-"""Stage 8, reporting: plotly figures (heatmaps, curves, rankings) and the HTML / text report."""
+"""Stage 9, reporting: plotly figures (heatmaps, curves, rankings) and the HTML / text report."""

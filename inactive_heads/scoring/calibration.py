@@ -296,7 +296,9 @@ def official_thresholds(model: str, task: str, key: str) -> Thresholds:
     ``model`` as on the Hub (``"meta-llama/Llama-3.2-3B"``) or as in the release
     (``"meta-llama_Llama-3.2-3B"``); ``key`` is our key (``"ahon_ln"``) or the official name
     (``"HONOR"``). ``"random"`` gives the p values (the authors' Random baseline used p itself).
-    The App. A.1 full-head-output scores have no released thresholds.
+    Of the App. A.1 full-head-output scores, the release has ``fho`` and ``fho_ln``
+    (``FullHeadOutput``, ``FullHeadOutputNormalized``) for MMLU on Llama-3.1-8B-Instruct,
+    Qwen2.5-3B and Qwen2.5-7B only.
     """
     task = _task(task)
     model = _model(task, model)
