@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..core.errors import UserError
+from ..core.errors import InactiveHeadsError, UserError
 from .architectures import rope_by_layer_type
 
 # Version of the converted-directory layout; a cached directory written with an older one is
@@ -280,9 +280,10 @@ def convert_builtin(model: BuiltinModel, *, progress: bool = True) -> Path:
         missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
         missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
         if missing or unexpected:
-            raise ModelLoadError(
+            # The pinned GGUF file and its converter disagree: nothing the user can change, a bug.
+            raise InactiveHeadsError(
                 f"converting '{model.alias}': weights did not map cleanly "
-                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]}); this is a bug in the converter"
             )
         del gguf_model
         bar.update(1)
