@@ -39,7 +39,8 @@ from ..analysis.curves import Interval, accuracy_interval
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..models.tl_line import is_hooked_transformer
-from ..runtime.fast_attention import attention_form, gated_mlps_without_copies
+from ..runtime.fast_attention import attention_form
+from ..runtime.gated_mlp import gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
     hf_head_logits,

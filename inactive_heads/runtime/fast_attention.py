@@ -26,9 +26,10 @@ only while the block runs, a forward that
 - hands a hook that may change the pattern (not marked read-only) the whole pattern and takes z
   from what it returns, as TransformerLens does;
 - fires ``hook_z`` on ``[batch, pos, head, d_head]`` and applies ``W_O`` as before, so ablation
-  at ``hook_z`` is unchanged. TransformerLens copies each gated-MLP weight transposed on every
-  call; with the fused kernel a gated MLP uses its weights in place instead, and in the exact form
-  (on CPU) each transposed copy is made once per weight, so the arithmetic stays TransformerLens's.
+  at ``hook_z`` is unchanged. A plain gated MLP runs without TransformerLens's per-call weight
+  copies (:mod:`~inactive_heads.runtime.gated_mlp`): weights in place with the fused kernel, each
+  transposed copy made once per weight in the exact form (on CPU), so that arithmetic stays
+  TransformerLens's.
 
 A layer with a hook on ``hook_attn_scores``, a KV cache or left padding runs TransformerLens's own
 forward; so does every layer of a model outside the allow-list (:func:`unsupported_reason`: the
@@ -55,9 +56,9 @@ from torch import Tensor
 from ..core.errors import UserError
 from ..models.architectures import by_class
 from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
-from .activations import keeps_transposes, transposed_weight
 from .bridge_attention import bridge_forward
 from .bridge_attention import unsupported_reason as bridge_unsupported_reason
+from .gated_mlp import exact_forward, fused_forward, plain_gated_mlp, swapped_forwards
 from .grouped import grouped_scores, in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
@@ -497,46 +498,19 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     attns = [block.attn for block in model.blocks]
     layers = {id(attn): layer for layer, attn in enumerate(attns)}
     bridge = is_bridge(model)
-    mlps = [block.mlp for block in model.blocks if _plain_gated_mlp(block.mlp)]  # none on a bridge
+    mlps = [block.mlp for block in model.blocks if plain_gated_mlp(block.mlp)]  # none on a bridge
     layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
     state = _State(layers, check)
     state.fused = fused
     patched = {module: _bound(bridge_forward if bridge else _fast_forward, module, state) for module in attns}
-    mlp_forward = _gated_mlp_forward if fused else _gated_mlp_exact
+    mlp_forward = _checked_gated_mlp if fused else exact_forward
     patched.update({module: _bound(mlp_forward, module, state) for module in mlps})
     _ACTIVE[model] = _Active(form, True, state)
     try:
-        with _swapped(patched):
+        with swapped_forwards(patched):
             yield True
     finally:
         _ACTIVE.pop(model, None)
-
-
-@contextmanager
-def _swapped(forwards: dict):
-    """Each module's forward replaced by the given one inside the block, restored after it."""
-    # object.__setattr__: a bridge component would hand ``forward`` on to the module it wraps.
-    previous = {module: module.__dict__.get("forward") for module in forwards}
-    try:
-        for module, forward in forwards.items():
-            object.__setattr__(module, "forward", forward)
-        yield
-    finally:
-        for module, prev in previous.items():
-            if prev is None:
-                module.__dict__.pop("forward", None)
-            else:
-                object.__setattr__(module, "forward", prev)
-
-
-@contextmanager
-def gated_mlps_without_copies(model):
-    """Inside the block, ``model``'s plain gated MLPs run :func:`_gated_mlp_exact`: TransformerLens's
-    arithmetic to the bit, without its per-call transposed weight copies (for passes that run
-    TransformerLens's own attention, e.g. with a KV cache)."""
-    with _swapped({block.mlp: MethodType(_gated_mlp_exact, block.mlp)
-                   for block in model.blocks if _plain_gated_mlp(block.mlp)}):
-        yield
 
 
 def _bound(forward, module, state: _State):
@@ -549,52 +523,18 @@ def _bound(forward, module, state: _State):
     return bound
 
 
-def _plain_gated_mlp(mlp) -> bool:
-    if not has_hooked_transformer():  # TransformerLens 4: no GatedMLP component to stand in for
-        return False
-    from transformer_lens.components.mlps.gated_mlp import GatedMLP
-
-    return type(mlp) is GatedMLP and not (mlp.cfg.is_layer_norm_activation() and mlp.ln is not None)
-
-
-def _gated_mlp_forward(self, x: Float[Tensor, "batch pos d_model"], *,
-                       _state: "_State | None" = None) -> Float[Tensor, "batch pos d_model"]:
-    """TransformerLens's gated MLP (same hooks) with its weights used in place: TransformerLens
-    copies each weight transposed on every call (to match Hugging Face's bf16 rounding), which costs
-    ~7 % of a forward on CPU. Used only with the fused kernel, whose numbers are within float
-    rounding anyway."""
-    if _state is not None:
-        where = ("mlp", _state.layers[id(self)])
-        if where not in _state.check.done and not _state.check.failed:
-            corner = _corner(x)
-            _state.check.compare(self, where, lambda: _gated_mlp_forward(self, corner),
-                                 lambda: type(self).forward(self, corner))
-        if _state.check.failed:
-            return type(self).forward(self, x)
-    if self.W_gate.device != x.device:
-        x = x.to(self.W_gate.device)
-    pre_act = self.hook_pre(x @ self.W_gate)
-    pre_linear = self.hook_pre_linear(x @ self.W_in)
-    post_act = self.hook_post((self.act_fn(pre_act) * pre_linear) + self.b_in)
-    return torch.addmm(self.b_out, post_act.reshape(-1, post_act.shape[-1]), self.W_out).view(
-        *post_act.shape[:-1], self.W_out.shape[-1])
-
-
-def _gated_mlp_exact(self, x: Float[Tensor, "batch pos d_model"], *,
-                     _state: "_State | None" = None) -> Float[Tensor, "batch pos d_model"]:
-    """TransformerLens's gated MLP to the bit — the same hooks and the same ``F.linear`` calls on
-    the same contiguous transposed weights — with each transpose made once per weight
-    (:func:`~inactive_heads.runtime.activations.transposed_weight`) instead of on every call.
-    Those copies were most of a decoding step: on 2 CPU cores, 2 GSM8K prompts × 32 new tokens of
-    Qwen2.5-Coder-0.5B with a KV cache took 42 s instead of 76 s. Only where
-    :func:`~inactive_heads.runtime.activations.keeps_transposes` (CPU, gradients off; the copies
-    then double the MLP weights' memory); elsewhere TransformerLens's forward runs."""
-    if not keeps_transposes(self.W_gate) or x.device != self.W_gate.device:
+def _checked_gated_mlp(self, x: Float[Tensor, "batch pos d_model"], *,
+                       _state: _State) -> Float[Tensor, "batch pos d_model"]:
+    """The fused form's gated MLP (:func:`~inactive_heads.runtime.gated_mlp.fused_forward`), checked
+    once per layer against TransformerLens's own forward like the attention."""
+    where = ("mlp", _state.layers[id(self)])
+    if where not in _state.check.done and not _state.check.failed:
+        corner = _corner(x)
+        _state.check.compare(self, where, lambda: fused_forward(self, corner),
+                             lambda: type(self).forward(self, corner))
+    if _state.check.failed:
         return type(self).forward(self, x)
-    pre_act = self.hook_pre(F.linear(x, transposed_weight(self.W_gate)))
-    pre_linear = self.hook_pre_linear(F.linear(x, transposed_weight(self.W_in)))
-    post_act = self.hook_post((self.act_fn(pre_act) * pre_linear) + self.b_in)
-    return F.linear(post_act, transposed_weight(self.W_out), self.b_out)
+    return fused_forward(self, x)
 
 
 FORMS = ("exact", "fast", "eager")

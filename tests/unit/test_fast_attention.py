@@ -316,7 +316,7 @@ def test_read_only_is_what_the_toolkit_installed_not_what_a_wrapper_holds(model)
 
 @pytest.mark.hooked
 def test_gated_mlps_without_copies_equal_transformer_lens_to_the_bit_and_follow_weight_edits():
-    from inactive_heads.runtime.fast_attention import gated_mlps_without_copies
+    from inactive_heads.runtime.gated_mlp import gated_mlps_without_copies
 
     model = tiny_gqa_model(seed=9)
     tokens = torch.tensor(random_sequences(2, seed=3, min_len=9, max_len=9))
