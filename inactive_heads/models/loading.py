@@ -398,15 +398,7 @@ def load_model(
 
     dtype_auto = dtype is None or (isinstance(dtype, str) and dtype.lower() == "auto")
     device, dtype = check_device_dtype(device, torch.float32 if dtype_auto else dtype, n_devices=n_devices)
-    if n_devices != 1:
-        # TransformerLens 3.9 moves every HookedTransformer block to one device, and a split
-        # model could not be tested here: refuse rather than run something unverified.
-        raise UserError(
-            f"n_devices={n_devices}: splitting a model's layers over several devices is not supported; "
-            "load it on one device (n_devices=1; a 14B model in bfloat16 needs about 30 GB)"
-        )
-    if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
-        raise UserError(f"n_ctx must be a positive integer, got {n_ctx!r}")
+    _check_sizes(n_devices, n_ctx)
     local_dir, official_name = resolve_model_dir(spec, progress=progress)
     config = read_hf_config(local_dir)
     if dtype_auto:
@@ -422,29 +414,49 @@ def load_model(
             model, tokenizer = _load_hooked(local_dir, official_name, dtype, device, ctx, n_devices)
         else:
             model, tokenizer = _load_bridge(local_dir, dtype, device, ctx)
-    cfg = model.cfg
+    model.inactive_heads_info = _loaded_info(
+        spec, model, tokenizer, config, official_name=official_name, local_dir=local_dir, dtype=dtype,
+        extra={"architecture": architecture, "backend_requested": backend, "backend_reason": reason,
+               "transformer_lens": tl_version},
+        backend=chosen)
+    return model
+
+
+def _check_sizes(n_devices: int, n_ctx: int | None) -> None:
+    if n_devices != 1:
+        # TransformerLens 3.9 moves every HookedTransformer block to one device, and a split
+        # model could not be tested here: refuse rather than run something unverified.
+        raise UserError(
+            f"n_devices={n_devices}: splitting a model's layers over several devices is not supported; "
+            "load it on one device (n_devices=1; a 14B model in bfloat16 needs about 30 GB)"
+        )
+    if n_ctx is not None and (not isinstance(n_ctx, int) or n_ctx < 1):
+        raise UserError(f"n_ctx must be a positive integer, got {n_ctx!r}")
+
+
+def _loaded_info(spec: str, model, tokenizer, config, *, official_name: str, local_dir: Path, dtype: torch.dtype,
+                 extra: dict[str, Any], backend: str) -> "ModelInfo":
+    """The facts of a model :func:`load_model` built (stored on it as ``inactive_heads_info``)."""
     family = BUILTIN_MODELS[spec].family if spec in BUILTIN_MODELS else config.model_type
-    info = ModelInfo(
+    return ModelInfo(
         name=spec,
         family=family,
-        **_shape_of(cfg),
+        **_shape_of(model.cfg),
         is_chat=_is_chat(tokenizer, official_name),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=tokenizer.bos_token,
-        backend=chosen,
+        backend=backend,
         dtype=str(dtype).removeprefix("torch."),
         source=str(local_dir),
         extra={
             "official_name": official_name,
-            "architecture": architecture,
-            "backend_requested": backend,
-            "backend_reason": reason,
+            "architecture": extra["architecture"],
+            "backend_requested": extra["backend_requested"],
+            "backend_reason": extra["backend_reason"],
             "model_class": type(model).__name__,
-            "transformer_lens": tl_version,
+            "transformer_lens": extra["transformer_lens"],
         },
     )
-    model.inactive_heads_info = info
-    return model
 
 
 def builtin_backend(model: BuiltinModel) -> tuple[str, str]:
