@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..core.errors import UserError
+from ..core.io import write_text_atomic
 from ..models.architectures import by_class, classes_with
 from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
 from .static import check_heads
@@ -158,39 +159,50 @@ def export_pruned(
     if hasattr(heads, "to_dict"):
         info["head_set"] = heads.to_dict()
     if mode == "zeroed":
-        with torch.no_grad():
-            for layer, hs in enumerate(removed):
-                if hs:
-                    hf.model.layers[layer].self_attn.o_proj.weight[:, _rows(d_head, hs)] = 0.0
-        hf.save_pretrained(out)
+        _save_zeroed(hf, removed, d_head, out)
     else:
-        kept_q, kept_kv = kept_heads(removed, n_heads, n_kv)
-        state = pruned_state_dict(hf.state_dict(), removed, n_heads, n_kv, d_head)
-        cfg = hf.config
-        cls_name = PRUNED_CLASSES[arch]
-        cfg.kept_query_heads = kept_q
-        cfg.kept_kv_heads = kept_kv
-        cfg.num_attention_heads_per_layer = [len(q) for q in kept_q]
-        cfg.num_key_value_heads_per_layer = [len(kv) for kv in kept_kv]
-        cfg.architectures = [cls_name]
-        cfg.auto_map = {"AutoModelForCausalLM": f"{Path(MODELING_FILE).stem}.{cls_name}"}
-        from . import modeling_pruned_heads
-
-        pruned = getattr(modeling_pruned_heads, cls_name)(cfg)
-        pruned.to(next(hf.parameters()).dtype)
-        missing, unexpected = pruned.load_state_dict(state, strict=False)
-        tied = {"lm_head.weight"} if getattr(cfg, "tie_word_embeddings", False) else set()
-        if set(missing) - tied or unexpected:
-            raise RuntimeError(f"pruned weights do not fit the pruned model: missing {missing}, unexpected {unexpected}")
-        if tied:
-            pruned.tie_weights()
-        pruned.generation_config = hf.generation_config
-        pruned.eval()
-        pruned.save_pretrained(out)
-        shutil.copyfile(Path(modeling_pruned_heads.__file__), out / MODELING_FILE)
-        info["kept_query_heads"] = kept_q
-        info["kept_kv_heads"] = kept_kv
-        info["n_removed_kv_heads"] = sum(n_kv - len(kv) for kv in kept_kv)
+        info.update(_save_pruned(hf, removed, n_heads, n_kv, d_head, arch, out))
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
-    (out / "export_info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / "export_info.json", json.dumps(info, indent=1) + "\n")
     return out
+
+
+def _save_zeroed(hf, removed: list[list[int]], d_head: int, out: Path) -> None:
+    """The checkpoint with each removed head's ``o_proj`` columns set to zero."""
+    with torch.no_grad():
+        for layer, hs in enumerate(removed):
+            if hs:
+                hf.model.layers[layer].self_attn.o_proj.weight[:, _rows(d_head, hs)] = 0.0
+    hf.save_pretrained(out)
+
+
+def _save_pruned(hf, removed: list[list[int]], n_heads: int, n_kv: int, d_head: int, arch: str,
+                 out: Path) -> dict[str, Any]:
+    """The checkpoint without the removed heads' weights, in the pruned model class (with its
+    modeling file); returns what ``export_info.json`` adds about the kept heads."""
+    from . import modeling_pruned_heads
+
+    kept_q, kept_kv = kept_heads(removed, n_heads, n_kv)
+    state = pruned_state_dict(hf.state_dict(), removed, n_heads, n_kv, d_head)
+    cfg = hf.config
+    cls_name = PRUNED_CLASSES[arch]
+    cfg.kept_query_heads = kept_q
+    cfg.kept_kv_heads = kept_kv
+    cfg.num_attention_heads_per_layer = [len(q) for q in kept_q]
+    cfg.num_key_value_heads_per_layer = [len(kv) for kv in kept_kv]
+    cfg.architectures = [cls_name]
+    cfg.auto_map = {"AutoModelForCausalLM": f"{Path(MODELING_FILE).stem}.{cls_name}"}
+    pruned = getattr(modeling_pruned_heads, cls_name)(cfg)
+    pruned.to(next(hf.parameters()).dtype)
+    missing, unexpected = pruned.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if getattr(cfg, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"pruned weights do not fit the pruned model: missing {missing}, unexpected {unexpected}")
+    if tied:
+        pruned.tie_weights()
+    pruned.generation_config = hf.generation_config
+    pruned.eval()
+    pruned.save_pretrained(out)
+    shutil.copyfile(Path(modeling_pruned_heads.__file__), out / MODELING_FILE)
+    return {"kept_query_heads": kept_q, "kept_kv_heads": kept_kv,
+            "n_removed_kv_heads": sum(n_kv - len(kv) for kv in kept_kv)}
