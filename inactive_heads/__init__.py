@@ -49,6 +49,7 @@ from .pruning import (
 from .sweep.run import run_sweep
 from .sweep.runner import SweepConfig, SweepResults, load_results, sweep_results
 from .evaluation.tasks import TASKS, build_requests, load_docs
+from .evaluation.registry import TaskSpec, plan_for_task, task_spec
 from .evaluation.texts import lambada_passages, read_text_file
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "SweepConfig",
     "SweepResults",
     "TASKS",
+    "TaskSpec",
     "Thresholds",
     "UnknownNameError",
     "UserError",
@@ -102,6 +104,7 @@ __all__ = [
     "oracle_savings",
     "paper_projections",
     "plan_evaluation",
+    "plan_for_task",
     "read_text_file",
     "record_scores",
     "register_score",
@@ -110,6 +113,7 @@ __all__ = [
     "score_keys",
     "static_heads",
     "sweep_results",
+    "task_spec",
     "unregister_score",
     "zero_heads_hook",
 ]
