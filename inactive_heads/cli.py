@@ -164,9 +164,9 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
 
 
 def _task_names(generation: bool = False) -> tuple[str, ...]:
-    from .evaluation.tasks import GENERATION_TASKS, TASKS
+    from .evaluation.registry import BUILTIN_TASKS
 
-    return TASKS + GENERATION_TASKS if generation else TASKS
+    return tuple(name for name, spec in BUILTIN_TASKS.items() if generation or spec.kind != "generation")
 
 
 def _task_name(text: str, generation: bool = False) -> str:

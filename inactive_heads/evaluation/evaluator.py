@@ -377,12 +377,8 @@ def evaluate(
     the few-shot prefix once per decision history (the same tokens up to float rounding).
     """
     if isinstance(task, EvalPlan):
-        given = [name for name, value in (("subjects", subjects), ("limit", limit), ("num_fewshot", num_fewshot),
-                                          ("apply_chat_template", apply_chat_template), ("source", source))
-                 if value is not None]
-        if given:
-            raise UserError(f"evaluate got a plan and {', '.join(given)}: a plan is built with its options; pass "
-                            "them to plan_evaluation, or pass the task name instead of the plan")
+        _refuse_plan_options(subjects=subjects, limit=limit, num_fewshot=num_fewshot,
+                             apply_chat_template=apply_chat_template, source=source)
     elif task_kind(task) == "generation":
         if subjects is not None or source is not None or record or attention != "auto":
             raise UserError(f"{task} is a generation task: subjects, source, record and attention apply to "
@@ -400,7 +396,22 @@ def evaluate(
         model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
         apply_chat_template=apply_chat_template, source=source,
     )
-    abl = as_ablation(ablation)
+    return _evaluate_plan(model, plan, as_ablation(ablation), batch_size=batch_size, progress=progress,
+                          reuse_prefix=reuse_prefix, attention=attention, record=record,
+                          record_description=record_description)
+
+
+def _refuse_plan_options(**options) -> None:
+    """``evaluate(plan, ...)``: a plan holds the options it was built with; others are an error."""
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise UserError(f"evaluate got a plan and {', '.join(given)}: a plan is built with its options; pass "
+                        "them to plan_evaluation, or pass the task name instead of the plan")
+
+
+def _evaluate_plan(model, plan: EvalPlan, abl: HeadAblation | None, *, batch_size: int, progress: bool,
+                   reuse_prefix: bool, attention: str, record, record_description: str | None) -> EvalResult:
+    """:func:`evaluate` of a log-likelihood plan: one scoring pass, summarized, with its config."""
     info = model_info(model)
     bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)

@@ -188,9 +188,6 @@ def plan_lm_eval_task(
                 choices.append(Choice(tuple(context_ids), tuple(continuation_ids), continuation, norm))
             requests.append(Request(f"{LM_EVAL_PREFIX}{name}", int(doc_id), leaf_name, tuple(choices), gold,
                                     instances[0].arguments[0]))
-    metrics = declared_metrics(leaves)
-    if "acc_norm" in metrics and not all(ch.norm_length for req in requests for ch in req.choices):
-        metrics = ("acc",)  # an answer that is not a non-empty string has no character length
     inputs, targets, n_truncated = index_forward_inputs(f"{LM_EVAL_PREFIX}{name}", requests, lm.max_length)
     config = {
         "model": info.name,
@@ -202,7 +199,7 @@ def plan_lm_eval_task(
         "fewshot_seed": fewshot_seed,
     }
     return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=n_truncated,
-                    metrics=metrics)
+                    metrics=_plan_metrics(leaves, requests))
 
 
 def _bare_name(task: str) -> str:
@@ -223,6 +220,13 @@ def _load_leaves(name: str, include_path=None, task_manager: Any = None) -> dict
                 "(run others through the inactive-heads lm-eval model type)"
             )
     return leaves
+
+
+def _plan_metrics(leaves: dict[str, Any], requests) -> tuple[str, ...]:
+    metrics = declared_metrics(leaves)
+    if "acc_norm" in metrics and not all(ch.norm_length for req in requests for ch in req.choices):
+        metrics = ("acc",)  # an answer that is not a non-empty string has no character length
+    return metrics
 
 
 def declared_metrics(leaves: dict[str, Any]) -> tuple[str, ...]:
