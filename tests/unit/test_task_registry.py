@@ -163,3 +163,10 @@ def test_acc_norm_without_answer_lengths_is_refused():
     with pytest.raises(ih.UserError, match=r"^custom declares acc_norm but request 0 has a choice without a "
                        r"character length \(Choice.norm_length\)"):
         summarize(plan, LLS)
+
+
+def test_a_generation_result_reports_its_declared_metric():
+    result = ih.GenerationResult("gsm8k", 0.25, 0.5, 4, [True, False, False, False], [True, True, False, False],
+                                 [""] * 4, [{}] * 4, [""] * 4)
+    assert set(result.metrics) == set(task_spec("gsm8k").metrics) == {"exact_match"}
+    assert result.metrics["exact_match"] == 0.25  # the strict filter's, not the flexible one's (0.5)
