@@ -242,9 +242,9 @@ def _run_score(args: argparse.Namespace) -> int:
 
         inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
     else:
-        from .evaluation.registry import task_spec
+        from .evaluation.registry import check_task_options
 
-        task_spec(args.task).check_options(subjects=args.subjects, limit=args.limit)
+        check_task_options(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
     if not args.text_file:
         from .evaluation.registry import plan_for_task  # built-in and lm-eval:<task> alike

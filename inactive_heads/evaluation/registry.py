@@ -71,11 +71,7 @@ class TaskSpec:
         """The checks that need no model: options the task does not take are refused, and a
         built-in multiple-choice task reads its documents (so a bad subject, limit or source fails
         before a model loads)."""
-        _refuse_options(self.name, self.kind, subjects, source)
-        if self.kind == "multiple_choice":
-            load_docs(self.name, subjects=subjects, limit=limit, source=source)
-        else:
-            _check_limit(limit)
+        check_task_options(self.name, subjects=subjects, limit=limit, source=source)
 
 
 _MMLU_PROMPT = ("lm-eval 0.4.5 mmlu/default: 'The following are multiple choice questions (with answers) about "
@@ -133,6 +129,18 @@ def _lm_eval_spec(task: str) -> TaskSpec:
     return TaskSpec(task, "lm-eval", facts["metrics"], data=facts["data"],
                     prompt="lm-eval's own (the task's doc_to_text, doc_to_choice and few-shot settings)",
                     num_fewshot=facts["num_fewshot"])
+
+
+def check_task_options(task: str, *, subjects: Sequence[str] | None = None, limit: int | None = None,
+                       source: str | None = None) -> None:
+    """:meth:`TaskSpec.check_options` by name, without reading an lm-eval task's declaration (which
+    loads its documents): what the score command checks before the model loads."""
+    kind = task_kind(task)
+    _refuse_options(task, kind, subjects, source)
+    if kind == "multiple_choice":
+        load_docs(task, subjects=subjects, limit=limit, source=source)
+    else:
+        _check_limit(limit)
 
 
 def _refuse_options(task: str, kind: str, subjects, source) -> None:
@@ -201,4 +209,4 @@ def plan_for_task(
                     metrics=BUILTIN_TASKS[task].metrics)
 
 
-__all__ = ["BUILTIN_TASKS", "METRICS", "TaskSpec", "plan_for_task", "task_spec"]
+__all__ = ["BUILTIN_TASKS", "METRICS", "TaskSpec", "check_task_options", "plan_for_task", "task_spec"]

@@ -170,3 +170,20 @@ def test_a_generation_result_reports_its_declared_metric():
                                  [""] * 4, [{}] * 4, [""] * 4)
     assert set(result.metrics) == set(task_spec("gsm8k").metrics) == {"exact_match"}
     assert result.metrics["exact_match"] == 0.25  # the strict filter's, not the flexible one's (0.5)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "mmlu", "--subjects", "algebra"], "unknown MMLU subject 'algebra'"),
+    (["--task", "lm-eval:mmlu", "--subjects", "anatomy"], "subjects and source apply to the built-in tasks; "),
+    (["--task", "piqa", "--subjects", "anatomy"], "subjects= applies to mmlu only, not to task 'piqa'"),
+])
+def test_score_checks_the_task_options_before_a_model_loads(monkeypatch, capsys, argv, message):
+    from inactive_heads import cli
+
+    def no_model(args):
+        raise AssertionError("the model was loaded before the task's options were checked")
+
+    monkeypatch.setattr(cli, "_load", no_model)
+    code = cli.main(["score", *argv, "--out", "never-written.safetensors"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"inactive-heads score: error: {message}"), err
