@@ -54,6 +54,7 @@ from .sweep.run import run_sweep
 from .sweep.config import SweepConfig
 from .sweep.results import SweepResults, load_results, sweep_results
 from .evaluation.tasks import TASKS, build_requests, load_docs
+from .evaluation.registry import TaskSpec, plan_for_task, task_spec
 from .evaluation.texts import lambada_passages, read_text_file
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "SweepConfig",
     "SweepResults",
     "TASKS",
+    "TaskSpec",
     "Thresholds",
     "UnknownNameError",
     "UserError",
@@ -109,6 +111,7 @@ __all__ = [
     "oracle_savings",
     "paper_projections",
     "plan_evaluation",
+    "plan_for_task",
     "read_text_file",
     "record_scores",
     "register_ablation",
@@ -118,6 +121,7 @@ __all__ = [
     "score_keys",
     "static_heads",
     "sweep_results",
+    "task_spec",
     "unregister_ablation",
     "unregister_score",
     "zero_heads_hook",

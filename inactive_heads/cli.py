@@ -164,9 +164,9 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
 
 
 def _task_names(generation: bool = False) -> tuple[str, ...]:
-    from .evaluation.tasks import GENERATION_TASKS, TASKS
+    from .evaluation.registry import BUILTIN_TASKS
 
-    return TASKS + GENERATION_TASKS if generation else TASKS
+    return tuple(name for name, spec in BUILTIN_TASKS.items() if generation or spec.kind != "generation")
 
 
 def _task_name(text: str, generation: bool = False) -> str:
@@ -242,16 +242,15 @@ def _run_score(args: argparse.Namespace) -> int:
 
         inputs, description = read_text_file(args.text_file), f"text file {args.text_file}"
     else:
-        from .evaluation.tasks import load_docs, task_kind
+        from .evaluation.registry import check_task_options
 
-        if task_kind(args.task) == "multiple_choice":
-            load_docs(args.task, subjects=args.subjects, limit=args.limit)
+        check_task_options(args.task, subjects=args.subjects, limit=args.limit)
     model = _load(args)
     if not args.text_file:
-        from .evaluation.evaluator import plan_evaluation  # built-in and lm-eval:<task> alike
+        from .evaluation.registry import plan_for_task  # built-in and lm-eval:<task> alike
 
-        plan = plan_evaluation(model, args.task, subjects=args.subjects, limit=args.limit,
-                               num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template)
+        plan = plan_for_task(model, args.task, subjects=args.subjects, limit=args.limit,
+                             num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template)
         inputs, description = plan.inputs, f"{args.task} evaluation inputs"
     hs = record_scores(model, inputs, args.scores, batch_size=args.batch_size, description=description)
     path = hs.save(args.out)

@@ -29,7 +29,8 @@ from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
 from .generation import GenerationResult, evaluate_generation
 from .plan import EvalPlan, index_forward_inputs
-from .tasks import GENERATION_TASKS, TASKS, build_requests, task_kind
+from .registry import plan_for_task
+from .tasks import task_kind
 from ..core.errors import UserError
 
 
@@ -55,44 +56,14 @@ def plan_evaluation(
 
     ``task="lm-eval:<task>"`` builds an lm-eval multiple-choice task's requests with lm-eval
     (:func:`~inactive_heads.evaluation.lm_eval_tasks.plan_lm_eval_task`; ``subjects`` and
-    ``source`` do not apply: name an lm-eval subtask instead).
+    ``source`` do not apply: name an lm-eval subtask instead). The plan carries the task's metrics
+    (:func:`~inactive_heads.evaluation.registry.task_spec`): PIQA's and an lm-eval task's ``acc_norm``.
     """
-    kind = task_kind(task)
-    if kind == "generation":
+    if task_kind(task) == "generation":
         raise UserError(f"{task} is a generation task: run it with ih.evaluate(model, {task!r}) (or "
                         "evaluate_generation); plan_evaluation builds log-likelihood tasks")
-    if kind == "lm-eval":
-        if subjects is not None or source is not None:
-            raise UserError(f"subjects and source apply to the built-in tasks; {task} takes lm-eval's own "
-                            "documents (name a subtask instead, e.g. lm-eval:mmlu_anatomy)")
-        from .lm_eval_tasks import plan_lm_eval_task
-
-        return plan_lm_eval_task(model, task, limit=limit, num_fewshot=num_fewshot,
-                                 apply_chat_template=apply_chat_template)
-    info = model_info(model)
-    chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
-    requests = build_requests(
-        task,
-        model.tokenizer,
-        subjects=subjects,
-        limit=limit,
-        num_fewshot=num_fewshot,
-        apply_chat_template=chat,
-        prepend_bos=info.prepend_bos,
-        source=source,
-    )
-    inputs, targets, n_truncated = index_forward_inputs(task, requests, info.n_ctx)
-    config = {
-        "model": info.name,
-        "task": task,
-        "subjects": list(subjects) if subjects is not None else None,
-        "limit": limit,
-        "num_fewshot": num_fewshot,
-        "apply_chat_template": chat,
-        "prepend_bos": info.prepend_bos,
-        "source": source,
-    }
-    return EvalPlan(task, requests, inputs, targets, config, n_truncated=n_truncated)
+    return plan_for_task(model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
+                         apply_chat_template=apply_chat_template, source=source)
 
 
 @dataclass
@@ -128,6 +99,11 @@ class EvalResult:
     @property
     def questions_per_s(self) -> float:
         return self.n / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The metrics the task declares, by name: ``acc`` (= ``accuracy``), and ``acc_norm`` where declared."""
+        return {"acc": self.accuracy, **({"acc_norm": self.acc_norm} if self.acc_norm is not None else {})}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -378,7 +354,11 @@ def evaluate(
     :func:`~inactive_heads.ablation.coerce.as_ablation`.
     ``task`` is "mmlu", "piqa" or "winogrande", "lm-eval:<task>" (an lm-eval multiple-choice task,
     its requests built by lm-eval), "gsm8k" (below), or an :class:`EvalPlan` from
-    :func:`plan_evaluation`, to tokenize once for many runs. ``apply_chat_template=None`` follows
+    :func:`plan_evaluation`, to tokenize once for many runs (the plan holds its options: passing
+    ``subjects``, ``limit``, ``num_fewshot``, ``apply_chat_template`` or ``source`` with it is an
+    error). Names are dispatched by :func:`~inactive_heads.evaluation.registry.plan_for_task`; the
+    result reports the metrics the task declares (:func:`~inactive_heads.evaluation.registry.task_spec`:
+    ``acc``, and ``acc_norm`` for PIQA and lm-eval tasks that list it). ``apply_chat_template=None`` follows
     the paper: on for chat/instruct models. ``limit`` = first N questions (of each MMLU subject).
     Batches are length-sorted and right-padded with an attention mask; pads never reach real
     tokens, so results do not depend on ``batch_size``. ``record`` = score keys to record in the
@@ -400,22 +380,42 @@ def evaluate(
     or ``"prompt"``, ``max_gen_toks`` (default 256); ``reuse_prefix=True`` with ``per_step`` runs
     the few-shot prefix once per decision history (the same tokens up to float rounding).
     """
-    if isinstance(task, str) and task in GENERATION_TASKS:
+    if isinstance(task, EvalPlan):
+        _refuse_plan_options(subjects=subjects, limit=limit, num_fewshot=num_fewshot,
+                             apply_chat_template=apply_chat_template, source=source)
+    elif task_kind(task) == "generation":
         if subjects is not None or source is not None or record or attention != "auto":
             raise UserError(f"{task} is a generation task: subjects, source, record and attention apply to "
                             "log-likelihood tasks only; leave them unset")
+        requests = plan_for_task(model, task, limit=limit, num_fewshot=num_fewshot,
+                                 apply_chat_template=apply_chat_template)
         return evaluate_generation(
             model, task, ablation=as_ablation(ablation), decision=decision or "per_step", limit=limit,
             num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
-            reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress,
+            reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress, requests=requests,
         )
     if decision is not None or max_gen_toks is not None:
         raise UserError("decision and max_gen_toks apply to generation tasks (gsm8k) only; leave them unset")
-    plan = task if isinstance(task, EvalPlan) else plan_evaluation(
+    plan = task if isinstance(task, EvalPlan) else plan_for_task(
         model, task, subjects=subjects, limit=limit, num_fewshot=num_fewshot,
         apply_chat_template=apply_chat_template, source=source,
     )
-    abl = as_ablation(ablation)
+    return _evaluate_plan(model, plan, as_ablation(ablation), batch_size=batch_size, progress=progress,
+                          reuse_prefix=reuse_prefix, attention=attention, record=record,
+                          record_description=record_description)
+
+
+def _refuse_plan_options(**options) -> None:
+    """``evaluate(plan, ...)``: a plan holds the options it was built with; others are an error."""
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise UserError(f"evaluate got a plan and {', '.join(given)}: a plan is built with its options; pass "
+                        "them to plan_evaluation, or pass the task name instead of the plan")
+
+
+def _evaluate_plan(model, plan: EvalPlan, abl: HeadAblation | None, *, batch_size: int, progress: bool,
+                   reuse_prefix: bool, attention: str, record, record_description: str | None) -> EvalResult:
+    """:func:`evaluate` of a log-likelihood plan: one scoring pass, summarized, with its config."""
     info = model_info(model)
     bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
                unit="seq", disable=not progress, leave=False)
@@ -445,7 +445,8 @@ def evaluate(
 
 def summarize(plan: EvalPlan, loglikelihoods: list[list[float]], *, stats=None) -> EvalResult:
     """Accuracy, per-question outcomes and realized zeroing from each request's choice
-    log-likelihoods (and the ablation's :class:`AblationStats`, if any)."""
+    log-likelihoods (and the ablation's :class:`AblationStats`, if any). The metrics are the plan's
+    (``plan.metrics``): ``acc`` always, ``acc_norm`` (and ``correct_norm``) where the task declares it."""
     lls = loglikelihoods
     golds = [req.gold for req in plan.requests]
     correct = [max(range(len(ll)), key=ll.__getitem__) == g for ll, g in zip(lls, golds)]
@@ -458,11 +459,14 @@ def summarize(plan: EvalPlan, loglikelihoods: list[list[float]], *, stats=None) 
         n_forward_sequences=len(plan.inputs),
         n_truncated=plan.n_truncated,
     )
-    if plan.task == "piqa":
+    if "acc_norm" in plan.metrics:
         # lm-eval's acc_norm divides by the answer's length in characters (without the delimiter).
         normed = []
         for req, ll in zip(plan.requests, lls):
             lengths = [ch.norm_length for ch in req.choices]
+            if not all(lengths):
+                raise UserError(f"{plan.task} declares acc_norm but request {req.doc_id} has a choice without a "
+                                "character length (Choice.norm_length); build the plan with its task's lengths")
             scores = [x / n for x, n in zip(ll, lengths)]
             normed.append(max(range(len(scores)), key=scores.__getitem__) == req.gold)
         result.correct_norm = normed

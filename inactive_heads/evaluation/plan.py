@@ -19,6 +19,8 @@ class EvalPlan:
     ``inputs[i]`` is a token list; ``targets[i]`` lists, for that input, the
     ``(request, choice, first position, continuation tokens)`` it scores. ``n_truncated`` counts
     the requests (questions) with at least one choice left-truncated to the model context.
+    ``metrics`` are the metrics its task declares (``"acc"``, and ``"acc_norm"`` where the task has
+    it: :func:`~inactive_heads.evaluation.registry.task_spec`); a result of the plan reports those.
     """
 
     task: str
@@ -30,6 +32,12 @@ class EvalPlan:
     # A part of a larger plan (see :meth:`subset`): the global ids of its inputs and requests.
     sequence_ids: list[int] | None = None
     request_ids: list[int] | None = None
+    metrics: tuple[str, ...] = ("acc",)
+
+    def __post_init__(self):
+        self.metrics = tuple(self.metrics)
+        if not self.metrics or self.metrics[0] != "acc" or not set(self.metrics) <= {"acc", "acc_norm"}:
+            raise UserError(f"a plan's metrics are 'acc', then optionally 'acc_norm'; got {self.metrics!r}")
 
     @property
     def n_requests(self) -> int:
@@ -57,7 +65,7 @@ class EvalPlan:
             targets.append(mine)
         ids = [i if self.sequence_ids is None else self.sequence_ids[i] for i in input_indices]
         return EvalPlan(self.task, requests, [self.inputs[i] for i in input_indices], targets, dict(self.config),
-                        n_truncated=0, sequence_ids=ids, request_ids=request_ids)
+                        n_truncated=0, sequence_ids=ids, request_ids=request_ids, metrics=self.metrics)
 
 
 

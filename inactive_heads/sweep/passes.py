@@ -49,19 +49,11 @@ def check_model_matches(config: SweepConfig, model) -> None:
 def plan_for(config: SweepConfig, model):
     """The sweep's inputs, tokenized once: an ``EvalPlan``, or for a generation task the list of
     :class:`~inactive_heads.evaluation.tasks.GenerationRequest`."""
-    from ..evaluation.evaluator import plan_evaluation
+    from ..evaluation.registry import plan_for_task
 
-    if config.is_generation:
-        from ..evaluation.tasks import build_gsm8k_requests
-        from ..models.loading import model_info
-
-        info = model_info(model)
-        chat = info.is_chat if config.apply_chat_template is None else config.apply_chat_template
-        return build_gsm8k_requests(model.tokenizer, limit=config.limit, num_fewshot=config.num_fewshot,
-                                    apply_chat_template=chat, prepend_bos=info.prepend_bos)
-    return plan_evaluation(model, config.task, subjects=config.subjects, limit=config.limit,
-                           num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,
-                           source=config.source)
+    return plan_for_task(model, config.task, subjects=config.subjects, limit=config.limit,
+                         num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,
+                         source=config.source)
 
 
 def sweep_inputs(config: SweepConfig, plan) -> list[list[int]]:
@@ -111,11 +103,11 @@ def record_prompt_scores(config: SweepConfig, model, requests, keys, progress: b
 def calibration_plan(config: SweepConfig, model):
     """The questions static sets are chosen on: ``config.static_calibration`` = [first, end) of the
     task (of each MMLU subject), tokenized as the evaluation's."""
-    from ..evaluation.evaluator import plan_evaluation
+    from ..evaluation.registry import plan_for_task
 
     first, end = config.static_calibration
-    plan = plan_evaluation(model, config.task, subjects=config.subjects, limit=end, num_fewshot=config.num_fewshot,
-                           apply_chat_template=config.apply_chat_template, source=config.source)
+    plan = plan_for_task(model, config.task, subjects=config.subjects, limit=end, num_fewshot=config.num_fewshot,
+                         apply_chat_template=config.apply_chat_template, source=config.source)
     position, seen = [], {}
     for req in plan.requests:  # each question's index within its subject (its split for one-subject tasks)
         position.append(seen.get(req.subject, 0))

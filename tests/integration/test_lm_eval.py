@@ -217,6 +217,7 @@ def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2, tasks, tmp_pa
     zeroed = run(lm, tasks, ["arc_easy"], limit=5)
     assert_same_answers(baseline["loglikelihoods"], per_question(plain, "arc_easy"))
     assert baseline["accuracy"] == plain["results"]["arc_easy"]["acc,none"]
+    assert baseline["acc_norm"] == plain["results"]["arc_easy"]["acc_norm,none"]
     assert ablated["threshold"] == pytest.approx(lm.stats["loglikelihood"]["calibration"]["tau"], rel=1e-6)
     assert_same_answers(ablated["loglikelihoods"], per_question(zeroed, "arc_easy"))
     assert 0 < ablated["realized_fraction"] == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
@@ -295,3 +296,7 @@ def test_evaluate_takes_an_lm_eval_task_by_name(smollm2, hflm, tasks):
     assert_same_answers(res.loglikelihoods, per_question(theirs, "arc_easy"))
     assert res.task == "lm-eval:arc_easy" and res.n == 6
     assert res.accuracy == theirs["results"]["arc_easy"]["acc,none"]
+    # ARC-Easy's metric list has acc_norm: reported, as lm-eval computes it, question by question.
+    samples = sorted(theirs["samples"]["arc_easy"], key=lambda s: s["doc_id"])
+    assert res.correct_norm == [s["acc_norm"] == 1.0 for s in samples]
+    assert res.acc_norm == theirs["results"]["arc_easy"]["acc_norm,none"]
