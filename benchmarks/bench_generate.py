@@ -45,7 +45,7 @@ def main():
 
     import inactive_heads as ih
     from inactive_heads.evaluation.generation import generate
-    from inactive_heads.evaluation.tasks import build_gsm8k_requests
+    from inactive_heads.evaluation.gsm8k import build_gsm8k_requests
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.reference_generation import ReferenceGenerator

@@ -19,7 +19,7 @@ from importlib.metadata import version
 import torch
 
 import inactive_heads as ih
-from inactive_heads.evaluation.tasks import build_gsm8k_requests
+from inactive_heads.evaluation.gsm8k import build_gsm8k_requests
 
 # MMLU prompts to score and calibrate on; questions to evaluate (another subject: held out).
 CALIBRATION = {"subjects": ["astronomy"], "limit": 6}

@@ -54,7 +54,7 @@ from ..runtime.hooks import (
 )
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import toolkit_version
-from .tasks import (
+from .gsm8k import (
     GSM8K_MAX_GEN_TOKS,
     GenerationRequest,
     build_gsm8k_requests,
@@ -608,7 +608,7 @@ def evaluate_generation(
     Greedy, ``max_gen_toks`` (default 256) new tokens, lm-eval's stop strings plus the
     tokenizer's EOS; the generation is cut at the first stop string, then lm-eval's strict
     (``#### N``) and flexible (last number) filters extract the answer. ``decision`` as in
-    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.tasks.build_gsm8k_requests`;
+    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.gsm8k.build_gsm8k_requests`;
     ``prompt_ids`` = each request's index in the whole task, as :func:`generate` takes them.
     """
     if task != "gsm8k":

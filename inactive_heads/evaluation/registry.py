@@ -9,7 +9,7 @@ reports. The names themselves and the one-line error for an unknown name are
 
 Three kinds: the built-in multiple-choice tasks (``mmlu``, ``piqa``, ``winogrande``: requests built
 by :func:`~inactive_heads.evaluation.tasks.build_requests`), the generation task ``gsm8k``
-(:func:`~inactive_heads.evaluation.tasks.build_gsm8k_requests`) and ``lm-eval:<task>`` (an lm-eval
+(:func:`~inactive_heads.evaluation.gsm8k.build_gsm8k_requests`) and ``lm-eval:<task>`` (an lm-eval
 multiple-choice task or group, requests built by lm-eval:
 :func:`~inactive_heads.evaluation.lm_eval_tasks.plan_lm_eval_task`). A plan carries its task's
 metrics (:attr:`EvalPlan.metrics`), and :func:`~inactive_heads.evaluation.evaluator.summarize`
@@ -25,16 +25,8 @@ from functools import lru_cache
 from ..core.errors import UserError
 from ..models.loading import model_info
 from .plan import EvalPlan, index_forward_inputs
-from .tasks import (
-    DEFAULT_NUM_FEWSHOT,
-    GSM8K_NUM_FEWSHOT,
-    GenerationRequest,
-    _check_limit,
-    build_gsm8k_requests,
-    build_requests,
-    load_docs,
-    task_kind,
-)
+from .gsm8k import GSM8K_NUM_FEWSHOT, GenerationRequest, build_gsm8k_requests
+from .tasks import DEFAULT_NUM_FEWSHOT, _check_limit, build_requests, load_docs, task_kind
 
 METRICS = ("acc", "acc_norm", "exact_match")
 """The metrics a task can declare: ``acc`` (the answer with the largest log-likelihood is the gold
@@ -167,7 +159,7 @@ def plan_for_task(
     """A task's requests, built and tokenized once for ``model``: the one dispatch from a task name.
 
     A multiple-choice task (built-in or ``lm-eval:<task>``) gives an :class:`EvalPlan` carrying the
-    task's metrics; ``gsm8k`` gives its :class:`~inactive_heads.evaluation.tasks.GenerationRequest`
+    task's metrics; ``gsm8k`` gives its :class:`~inactive_heads.evaluation.gsm8k.GenerationRequest`
     list. ``subjects`` (MMLU) and ``source`` apply to the built-in multiple-choice tasks only;
     ``apply_chat_template=None`` is on for chat models. An unknown task is a one-line error listing
     every kind accepted.

@@ -48,7 +48,7 @@ def check_model_matches(config: SweepConfig, model) -> None:
 
 def plan_for(config: SweepConfig, model):
     """The sweep's inputs, tokenized once: an ``EvalPlan``, or for a generation task the list of
-    :class:`~inactive_heads.evaluation.tasks.GenerationRequest`."""
+    :class:`~inactive_heads.evaluation.gsm8k.GenerationRequest`."""
     from ..evaluation.registry import plan_for_task
 
     return plan_for_task(model, config.task, subjects=config.subjects, limit=config.limit,

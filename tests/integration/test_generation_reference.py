@@ -11,7 +11,7 @@ import pytest
 
 import inactive_heads as ih
 from inactive_heads.evaluation.generation import generate
-from inactive_heads.evaluation.tasks import build_gsm8k_requests
+from inactive_heads.evaluation.gsm8k import build_gsm8k_requests
 from tests.reference_generation import ReferenceGenerator
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 import inactive_heads as ih
-from inactive_heads.evaluation.tasks import build_gsm8k_requests
+from inactive_heads.evaluation.gsm8k import build_gsm8k_requests
 from inactive_heads.sweep.run import run_sweep
 from inactive_heads.sweep.config import SweepConfig
 

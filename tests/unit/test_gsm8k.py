@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from inactive_heads.core.errors import UserError
-from inactive_heads.evaluation import tasks
-from inactive_heads.evaluation.tasks import (
+from inactive_heads.evaluation import gsm8k as gsm8k_task
+from inactive_heads.evaluation.gsm8k import (
     build_gsm8k_requests,
     gsm8k_exact_match,
     gsm8k_exemplar_target,
@@ -67,16 +67,16 @@ def test_constants_equal_the_installed_gsm8k_yaml():
 
     config = yaml.safe_load((folder / "gsm8k.yaml").read_text())
     assert config["doc_to_text"] == "Question: {{question}}\nAnswer:"
-    assert tuple(config["generation_kwargs"]["until"]) == tasks.GSM8K_UNTIL
+    assert tuple(config["generation_kwargs"]["until"]) == gsm8k_task.GSM8K_UNTIL
     assert config["generation_kwargs"]["do_sample"] is False
     filters = {f["name"]: f["filter"][0] for f in config["filter_list"]}
-    assert filters["strict-match"]["regex_pattern"] == tasks.GSM8K_STRICT_PATTERN
-    assert filters["flexible-extract"]["regex_pattern"] == tasks.GSM8K_FLEXIBLE_PATTERN
+    assert filters["strict-match"]["regex_pattern"] == gsm8k_task.GSM8K_STRICT_PATTERN
+    assert filters["flexible-extract"]["regex_pattern"] == gsm8k_task.GSM8K_FLEXIBLE_PATTERN
     assert filters["flexible-extract"]["group_select"] == -1
     metric = config["metric_list"][0]
-    assert tuple(metric["regexes_to_ignore"]) == tasks.GSM8K_IGNORE
+    assert tuple(metric["regexes_to_ignore"]) == gsm8k_task.GSM8K_IGNORE
     assert metric["ignore_case"] is True and metric["ignore_punctuation"] is False
-    assert config["num_fewshot"] == tasks.GSM8K_NUM_FEWSHOT
+    assert config["num_fewshot"] == gsm8k_task.GSM8K_NUM_FEWSHOT
 
 
 def test_exemplar_target_in_gsm8k_form():

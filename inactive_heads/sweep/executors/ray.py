@@ -169,7 +169,7 @@ class Worker:
         import torch
 
         from ...evaluation.generation import GenerationResult, _check_prompts, held_savings
-        from ...evaluation.tasks import GSM8K_MAX_GEN_TOKS
+        from ...evaluation.gsm8k import GSM8K_MAX_GEN_TOKS
         from ...models.loading import model_info
 
         info = model_info(self.model)
