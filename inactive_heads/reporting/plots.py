@@ -532,46 +532,10 @@ def accuracy_curves(
         }
     fig = go.Figure()
     for key, pts in points.items():
-        if not pts:
-            continue
-        label = score_label(key)
-        custom = [
-            (f"p = {p:.0%}, τ = {t:.4g}" if p is not None and t is not None else "")
-            + (f"<br>95% interval {lo:.2f} to {hi:.2f}" if lo is not None else "")
-            for _, _, p, t, lo, hi in pts
-        ]
-        has_bars = all(lo is not None for *_, lo, _ in pts)
-        error_y = (
-            {"type": "data", "symmetric": False, "array": [hi - y for _, y, *_, hi in pts],
-             "arrayminus": [y - lo for _, y, *_, lo, _ in pts], "thickness": 1, "width": 3,
-             "color": score_color(key)}
-            if has_bars else None
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[x for x, *_ in pts],
-                y=[y for _, y, *_ in pts],
-                mode="lines+markers",
-                name=label,
-                line={"color": score_color(key), "dash": score_dash(key), "width": 2.5 if key == "ahon_ln" else 1.8},
-                marker={"size": 7, "color": score_color(key)},
-                error_y=error_y,
-                customdata=custom,
-                hovertemplate=(
-                    f"<b>{label}</b><br>%{{x:.2f}}% zeroed<br>{metric} %{{y:.2f}}%<br>%{{customdata}}<extra></extra>"
-                ),
-            )
-        )
+        if pts:
+            fig.add_trace(_curve_trace(key, pts, metric))
     if baseline is not None:
-        base = float(baseline)
-        fig.add_hline(
-            y=base, line={"color": BASELINE_COLOR, "width": 1.5},
-            annotation_text=f"baseline {base:.2f}%", annotation_position="top right",
-        )
-        fig.add_hline(
-            y=base - float(tolerance), line={"color": BASELINE_COLOR, "width": 1.2, "dash": "dash"},
-            annotation_text=f"baseline − {float(tolerance):g} pt", annotation_position="bottom right",
-        )
+        _reference_lines(fig, float(baseline), float(tolerance))
     _layout(
         fig,
         title or "Accuracy vs heads zeroed",
@@ -583,6 +547,49 @@ def accuracy_curves(
     fig.update_xaxes(title_text="% of heads zeroed (realized)", rangemode="tozero")
     fig.update_yaxes(title_text=f"{metric} (%)")
     return fig
+
+
+def _curve_trace(key: str, pts: list, metric: str) -> go.Scatter:
+    """One score function's line: (realized %, value %, p, τ, interval low, high) per point, with
+    error bars where every point has its interval."""
+    label = score_label(key)
+    custom = [
+        (f"p = {p:.0%}, τ = {t:.4g}" if p is not None and t is not None else "")
+        + (f"<br>95% interval {lo:.2f} to {hi:.2f}" if lo is not None else "")
+        for _, _, p, t, lo, hi in pts
+    ]
+    has_bars = all(lo is not None for *_, lo, _ in pts)
+    error_y = (
+        {"type": "data", "symmetric": False, "array": [hi - y for _, y, *_, hi in pts],
+         "arrayminus": [y - lo for _, y, *_, lo, _ in pts], "thickness": 1, "width": 3,
+         "color": score_color(key)}
+        if has_bars else None
+    )
+    return go.Scatter(
+        x=[x for x, *_ in pts],
+        y=[y for _, y, *_ in pts],
+        mode="lines+markers",
+        name=label,
+        line={"color": score_color(key), "dash": score_dash(key), "width": 2.5 if key == "ahon_ln" else 1.8},
+        marker={"size": 7, "color": score_color(key)},
+        error_y=error_y,
+        customdata=custom,
+        hovertemplate=(
+            f"<b>{label}</b><br>%{{x:.2f}}% zeroed<br>{metric} %{{y:.2f}}%<br>%{{customdata}}<extra></extra>"
+        ),
+    )
+
+
+def _reference_lines(fig: go.Figure, base: float, tolerance: float) -> None:
+    """The baseline and the baseline − ``tolerance`` line (Table 2's)."""
+    fig.add_hline(
+        y=base, line={"color": BASELINE_COLOR, "width": 1.5},
+        annotation_text=f"baseline {base:.2f}%", annotation_position="top right",
+    )
+    fig.add_hline(
+        y=base - tolerance, line={"color": BASELINE_COLOR, "width": 1.2, "dash": "dash"},
+        annotation_text=f"baseline − {tolerance:g} pt", annotation_position="bottom right",
+    )
 
 
 def auc_ranking(
