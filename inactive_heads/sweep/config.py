@@ -96,7 +96,7 @@ class SweepConfig:
     # that registers it goes in ``imports``), as spec dicts ``{"kind": ..., **params}`` or the text
     # ``ih.evaluate`` reads (:func:`~inactive_heads.ablation.coerce.parse_ablation`); validate()
     # stores each as its spec. Empty: not written to sweep.json (older folders read the same).
-    ablations: list[dict] = field(default_factory=list)
+    ablations: list[dict[str, Any] | str] = field(default_factory=list)
 
     def validate(self) -> "SweepConfig":
         """Check every option and settle what they imply, in place; returns the config. Imports
@@ -277,8 +277,9 @@ class SweepConfig:
 
     def identity(self) -> dict[str, Any]:
         """What a resume must share with the run it resumes: every option but the
-        :data:`RESUMABLE_OPTIONS`, the device by its type only."""
-        d = {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_OPTIONS}
+        :data:`RESUMABLE_OPTIONS`, the device by its type only. Every option, also those
+        :meth:`to_dict` leaves out when empty (an older folder's sweep.json lacks them)."""
+        d = {k: v for k, v in asdict(self).items() if k not in RESUMABLE_OPTIONS}
         d["device"] = None if self.device is None else device_type(self.device)
         return d
 

@@ -329,7 +329,7 @@ def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thre
                               reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
 
 
-def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float]]:
+def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float | None]]:
     """Ablated runs still to evaluate (not finished, not reusing the baseline)."""
     return [(rid, key, q) for rid, key, q in config.run_ids()
             if key is not None and not config.reuses_baseline(key, q) and not record_path(out, rid).is_file()]

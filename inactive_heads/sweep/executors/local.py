@@ -51,7 +51,7 @@ class LocalExecutor:
                               make_record(config, BASELINE, None, None, None, result, plan, model))
         return result.head_scores if scores else None
 
-    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
+    def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
         config, out, model, plan = self.config, self.out, self.model, self.plan
         static_sets = static_head_sets(config, out, model, self.progress) if any(
             key.endswith(STATIC_SUFFIX) for _, key, _ in todo) else {}

@@ -336,7 +336,7 @@ class RayExecutor:
             return None
         return ray.get(pool[0].pooled_scores.remote(parts[BASELINE], sum(p["seconds"] for p in parts[BASELINE])))
 
-    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
+    def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
         """Step 2: every (run, shard) of the runs still to do."""
         runs = {rid: (key, q, run_threshold(thresholds, key, q)) for rid, key, q in todo}
         tasks = [(rid, key, q, tau, k, None) for rid, (key, q, tau) in runs.items() for k in range(len(self.layout))]
