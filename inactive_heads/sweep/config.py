@@ -2,8 +2,8 @@
 
 Building a :class:`SweepConfig` (or reading one back with :meth:`SweepConfig.from_dict` or
 :meth:`SweepConfig.stored`) checks nothing and imports nothing. :meth:`SweepConfig.validate` is the
-write side's step: it imports ``config.imports`` (user modules that register scores), checks every
-option and every score key against the registries, and fills in what the options imply
+write side's step: it imports ``config.imports`` (user modules that register scores or ablation
+kinds), checks every option, every score key and every ablation spec against the registries, and fills in what the options imply
 (``decision="per_step"`` for generation tasks). :func:`~inactive_heads.sweep.run.run_sweep`, the
 command line and every Ray worker call it; reading a results folder never does, so a folder opens on
 a machine without the score modules that produced it.
@@ -52,7 +52,11 @@ class SweepConfig:
     its 14 models (keys of ``calibration.official_models()``).
 
     ``imports``: modules imported before anything else (here and in every Ray worker), e.g. the
-    module whose ``@ih.register_score`` functions the sweep's ``scores`` name.
+    module whose ``@ih.register_score`` functions the sweep's ``scores`` name, or whose
+    ``@ih.register_ablation`` kinds its ``ablations`` name.
+
+    ``ablations``: fixed ablations run once each beside the score curves (no p, no τ), stored as
+    their specs; each run's id is :func:`ablation_key` of its spec.
 
     ``dtype="auto"`` and ``device=None`` are settled by the model that runs: ``sweep.json`` stores
     the dtype it computed in and its device type (:meth:`resolved`).
