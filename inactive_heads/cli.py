@@ -425,6 +425,10 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                         help="import MODULE first, here and in every Ray worker (e.g. the module whose "
                         "@ih.register_score functions --scores names); repeatable; found on PYTHONPATH or in "
                         "the current folder")
+    parser.add_argument("--ablation", dest="ablations", action="append", default=[], metavar="SPEC",
+                        help="add one run of this fixed ablation beside the curves: a JSON spec "
+                        "('{\"kind\": \"my_kind\", \"k\": 2}'), a registered kind's name, or ablation text "
+                        "(static:3.1/5.2, ahon_ln@0.8); repeatable; the module registering a kind goes in --import")
     parser.add_argument("--out", required=True, help="results folder (re-running resumes it)")
 
 
@@ -442,7 +446,7 @@ def _sweep_config(args: argparse.Namespace):
         backend=args.backend, device=args.device, n_ctx=args.n_ctx, seed=args.seed, thresholds=args.thresholds,
         reuse_prefix=args.reuse_prefix, attention=args.attention, imports=list(args.imports),
         decision=args.decision, max_gen_toks=args.max_gen_toks, static_rule=args.static_rule,
-        static_calibration=args.static_calibration,
+        static_calibration=args.static_calibration, ablations=list(args.ablations),
     ).validate()
 
 

@@ -102,7 +102,8 @@ def format_table(
         lines.append(f"note: {note}")
     frame = summary_table(results, tolerance)
     if frame.empty:
-        lines.append("no ablation run has finished yet.")
+        lines.append("no score curve has finished yet." if results.ablation_keys else "no ablation run has finished yet.")
+        lines += _ablations_text(results)
         return "\n".join(lines)
     header = ["rank", "score", f"max % zeroed within {_tol(tolerance)}", "normalized AUC",
               f"max % zeroed, agreement >= {100 - AGREEMENT_TOLERANCE:g}%", "max realized %"]
@@ -117,6 +118,7 @@ def format_table(
     lines += ["", text_table(header, rows, left={1})]
     lines.append("[low, high]: 95% paired bootstrap intervals over questions "
                  f"({DEFAULT_RESAMPLES} resamples); agreement: same chosen answer as with nothing zeroed.")
+    lines += _ablations_text(results)
     if runs:
         table = runs_table(results)
         header = ["run", "score", "% zeroed", "accuracy %", "vs baseline (pt)", "agreement %", "KL (nats)"]
@@ -130,6 +132,21 @@ def format_table(
         ]
         lines += ["", text_table(header, rows, left={1})]
     return "\n".join(lines)
+
+
+def _ablations_text(results: SweepResults) -> list[str]:
+    """The sweep's fixed ablations (``SweepConfig.ablations``): one run each, so one point each,
+    never a curve: % zeroed, accuracy and paired difference from the baseline with 95 % intervals."""
+    keys = results.ablation_keys
+    if not keys:
+        return []
+    table = runs_table(results).set_index("run_id")
+    rows = [[str(k), str(table.loc[k, "label"]), _fmt(table.loc[k, "realized_pct"]),
+             _ci(table.loc[k, "accuracy"], table.loc[k, "accuracy_low"], table.loc[k, "accuracy_high"]),
+             _ci(table.loc[k, "difference"], table.loc[k, "difference_low"], table.loc[k, "difference_high"])]
+            for k in keys]
+    header = ["run", "ablation", "% zeroed", "accuracy %", "vs baseline (pt)"]
+    return ["", "fixed ablations (one run each, a single point):", text_table(header, rows, left={0, 1})]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,7 +320,9 @@ def _runs_html(results: SweepResults) -> str:
              '<p class="caption">Accuracy; its paired difference from the baseline (the same questions, '
              "so only the answers the ablation changed move it); answer agreement with the unablated "
              "model; mean KL(unablated ‖ ablated) between the distributions over the answer choices "
-             "(softmax of the choice log-likelihoods), in nats.</p>"]
+             "(softmax of the choice log-likelihoods), in nats."
+             + (" The sweep's fixed ablations (one run each, named by kind and a hash of the spec) are single "
+                "points here, not curves." if results.ablation_keys else "") + "</p>"]
     rows = [
         [f"<code>{_e(r['run_id'])}</code>", _e(r["label"]), _fmt(r["realized_pct"]),
          _e(_ci(r["accuracy"], r["accuracy_low"], r["accuracy_high"], 2)),

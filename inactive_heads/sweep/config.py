@@ -2,25 +2,27 @@
 
 Building a :class:`SweepConfig` (or reading one back with :meth:`SweepConfig.from_dict` or
 :meth:`SweepConfig.stored`) checks nothing and imports nothing. :meth:`SweepConfig.validate` is the
-write side's step: it imports ``config.imports`` (user modules that register scores), checks every
-option and every score key against the registries, and fills in what the options imply
+write side's step: it imports ``config.imports`` (user modules that register scores or ablation
+kinds), checks every option, every score key and every ablation spec against the registries, and fills in what the options imply
 (``decision="per_step"`` for generation tasks). :func:`~inactive_heads.sweep.run.run_sweep`, the
 command line and every Ray worker call it; reading a results folder never does, so a folder opens on
 a machine without the score modules that produced it.
 """
 
-import importlib
+import hashlib
+import json
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..ablation.head_ablation import AblationSpec
 from ..analysis.tables import BASELINE
 from ..core.errors import UserError
+from ..core.modules import import_modules
 from ..evaluation.tasks import task_kind
 from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
 from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, check_quantiles, official_thresholds
-from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score
+from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score, score_label
 
 DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
 # Options a resume may change: the evaluator's answers do not depend on them, its log-likelihoods
@@ -50,7 +52,11 @@ class SweepConfig:
     its 14 models (keys of ``calibration.official_models()``).
 
     ``imports``: modules imported before anything else (here and in every Ray worker), e.g. the
-    module whose ``@ih.register_score`` functions the sweep's ``scores`` name.
+    module whose ``@ih.register_score`` functions the sweep's ``scores`` name, or whose
+    ``@ih.register_ablation`` kinds its ``ablations`` name.
+
+    ``ablations``: fixed ablations run once each beside the score curves (no p, no τ), stored as
+    their specs; each run's id is :func:`ablation_key` of its spec.
 
     ``dtype="auto"`` and ``device=None`` are settled by the model that runs: ``sweep.json`` stores
     the dtype it computed in and its device type (:meth:`resolved`).
@@ -90,6 +96,11 @@ class SweepConfig:
     # evaluated ones (limit <= first). None: no static runs.
     static_rule: str | None = None
     static_calibration: list[int] | None = None
+    # Fixed ablations beside the score curves: one run each, of any registered kind (the module
+    # that registers it goes in ``imports``), as spec dicts ``{"kind": ..., **params}`` or the text
+    # ``ih.evaluate`` reads (:func:`~inactive_heads.ablation.coerce.parse_ablation`); validate()
+    # stores each as its spec. Empty: not written to sweep.json (older folders read the same).
+    ablations: list[dict[str, Any] | str] = field(default_factory=list)
 
     def validate(self) -> "SweepConfig":
         """Check every option and settle what they imply, in place; returns the config. Imports
@@ -99,7 +110,8 @@ class SweepConfig:
         if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
             raise UserError(f"imports must be a list of module names, got {self.imports!r}")
         self.imports = list(self.imports)
-        import_modules(self.imports)  # before the score keys are checked: the modules may register some
+        import_modules(self.imports, what="sweep imports")  # first: the modules may register scores and kinds
+        self._check_ablations()
 
         task_kind(self.task)
         self._check_generation_options()
@@ -120,8 +132,8 @@ class SweepConfig:
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
             raise UserError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
         self.scores = [s for s in self.scores if s != "random"]
-        if not self.scores and not self.include_random:
-            raise UserError("the sweep has no score functions; pass some scores or keep Random")
+        if not self.scores and not self.include_random and not self.ablations:
+            raise UserError("the sweep has no score functions; pass some scores, keep Random or add ablations")
         for key in self.scores:
             get_score(key)
         self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
@@ -195,6 +207,28 @@ class SweepConfig:
         if not [q for q in self.quantiles if q > 0]:
             raise UserError("static runs need a quantile p > 0 (the fraction of heads in each set)")
 
+    def _check_ablations(self) -> None:
+        from ..ablation.coerce import as_ablation
+
+        if not isinstance(self.ablations, (list, tuple)):
+            raise UserError(f"ablations must be a list of ablation specs ({{'kind': ...}}), got {self.ablations!r}")
+        specs = []
+        for item in self.ablations:
+            if not isinstance(item, (dict, str)):
+                raise UserError(f"each of ablations is a spec dict ({{'kind': ...}}) or ablation text, got {item!r}")
+            ablation = as_ablation(item, seed=self.seed)  # unknown kind: one line listing the registered kinds
+            if ablation is None:
+                raise UserError(f"ablation {item!r} zeroes nothing (that run is the baseline); remove it")
+            spec = ablation.to_spec()
+            if spec in specs:
+                raise UserError(f"ablation {json.dumps(spec)} is listed twice; list each ablation once")
+            specs.append(spec)
+        self.ablations = specs
+
+    def ablation_runs(self) -> dict[str, dict[str, Any]]:
+        """The run key (:func:`ablation_key`) of each of ``ablations``, in order, with its spec."""
+        return {ablation_key(spec): spec for spec in self.ablations}
+
     @property
     def static_keys(self) -> list[str]:
         """The curve key of each score's static runs (``"ahon_ln@static"``); empty without static runs."""
@@ -208,7 +242,12 @@ class SweepConfig:
         return self.task in GENERATION_TASKS
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options as JSON data; ``ablations`` only when there are some (so a sweep without
+        them keeps the sweep.json, and the identity, that it had before the option existed)."""
+        d = asdict(self)
+        if not d["ablations"]:
+            del d["ablations"]
+        return d
 
     @classmethod
     def stored(cls, d: dict[str, Any]) -> "SweepConfig":
@@ -242,8 +281,9 @@ class SweepConfig:
 
     def identity(self) -> dict[str, Any]:
         """What a resume must share with the run it resumes: every option but the
-        :data:`RESUMABLE_OPTIONS`, the device by its type only."""
-        d = {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_OPTIONS}
+        :data:`RESUMABLE_OPTIONS`, the device by its type only. Every option, also those
+        :meth:`to_dict` leaves out when empty (an older folder's sweep.json lacks them)."""
+        d = {k: v for k, v in asdict(self).items() if k not in RESUMABLE_OPTIONS}
         d["device"] = None if self.device is None else device_type(self.device)
         return d
 
@@ -258,6 +298,7 @@ class SweepConfig:
             for q in self.quantiles:
                 if q > 0:
                     ids.append((run_id(key, q), key, q))
+        ids += [(key, key, None) for key in self.ablation_runs()]  # one run each, no p
         return ids
 
     @property
@@ -287,14 +328,30 @@ def device_type(device: str) -> str:
     return str(device).split(":", 1)[0]
 
 
-def import_modules(names: list[str]) -> None:
-    """Import each module (a user module that registers scores, say); a failure is one line."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as err:  # the user's module: whatever it raises is bad input here
-            raise UserError(f"cannot import module '{name}' (sweep imports): {type(err).__name__}: {err}; "
-                            "make it importable (PYTHONPATH) or remove it") from err
+def ablation_key(spec: dict[str, Any]) -> str:
+    """The run id (and score key) of one of a sweep's ``ablations``: ``<kind>@<8 hex digits>``, a
+    hash of the spec's JSON, so it is stable, distinct per spec, and never a score curve's
+    ``<score>@p=...`` or ``baseline``.
+
+    >>> ablation_key({"kind": "static", "heads": [[0, 1]], "score": None, "threshold": None, "seed": 0})
+    'static@082ae812'
+    """
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return f"{spec['kind']}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def run_label(config: SweepConfig, key: str | None) -> str:
+    """A record's ``label``: the score's ("AHON (LN)"), or one of ``ablations``' spec name
+    (``"zero_heads(heads=[[0, 1]])"``)."""
+    if key is None:
+        return "No ablation"
+    custom = config.ablation_runs().get(key)
+    return AblationSpec.from_dict(custom).name if custom is not None else score_label(key)
+
+
+def run_threshold(thresholds: dict[str, Thresholds], key: str, q: float | None) -> float | None:
+    """τ of a run at p = ``q``; None for one of ``ablations`` (no p, no τ)."""
+    return None if q is None else thresholds[key].at(q)
 
 
 def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
@@ -312,10 +369,13 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
 
 
 def ablation_for(config: SweepConfig, key: str | None, tau: float | None, heads=None) -> AblationSpec | None:
-    """The run's ablation: none (baseline), Random, a dynamic score at τ, or the static ``heads``
-    (a :class:`~inactive_heads.pruning.static.HeadSet`) of a static run."""
+    """The run's ablation: none (baseline), Random, a dynamic score at τ, the static ``heads``
+    (a :class:`~inactive_heads.pruning.static.HeadSet`) of a static run, or one of ``config.ablations``."""
     if key is None:
         return None
+    custom = config.ablation_runs().get(key)
+    if custom is not None:
+        return AblationSpec.from_dict(custom)
     if heads is not None:
         return AblationSpec("static", heads=tuple(heads))
     if key == "random":

@@ -37,8 +37,7 @@ from ..analysis.tables import BASELINE
 from ..core.errors import UserError
 from ..core.io import write_json_atomic
 from ..scoring.calibration import Thresholds
-from ..scoring.scores import score_label
-from .config import SweepConfig, ablation_for, device_type, run_id, thresholds_for
+from .config import SweepConfig, ablation_for, device_type, run_id, run_label, thresholds_for
 
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
@@ -252,7 +251,7 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
         "model": config.model,
         "task": result.task,
         "score": key,
-        "label": score_label(key) if key else "No ablation",
+        "label": run_label(config, key),
         "p": q,
         "threshold": tau,
         "accuracy": result.accuracy,
@@ -308,7 +307,7 @@ def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
         "format_version": RESULTS_FORMAT,
         "run_id": rid,
         "score": key,
-        "label": score_label(key),
+        "label": run_label(config, key),
         "p": q,
         "threshold": tau,
         "ablation": spec.to_dict(),
@@ -330,7 +329,7 @@ def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thre
                               reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
 
 
-def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float]]:
+def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float | None]]:
     """Ablated runs still to evaluate (not finished, not reusing the baseline)."""
     return [(rid, key, q) for rid, key, q in config.run_ids()
             if key is not None and not config.reuses_baseline(key, q) and not record_path(out, rid).is_file()]
@@ -351,5 +350,6 @@ def read_records(out: Path) -> dict[str, dict[str, Any]]:
     for f in sorted((out / "runs").glob("*.json")):
         rec = json.loads(f.read_text())
         check_format(rec.get("format_version", 1), f)
-        records[run_id(rec["score"], rec["p"])] = rec  # folders of earlier versions: ids 'x@p=0.30'
+        # folders of earlier versions: ids 'x@p=0.30'; one of a sweep's ablations has no p, its key is its id
+        records[rec["score"] if rec["score"] and rec["p"] is None else run_id(rec["score"], rec["p"])] = rec
     return records

@@ -46,18 +46,27 @@ class SweepResults:
 
     @property
     def score_keys(self) -> list[str]:
+        """The keys of the score curves (runs at some p), in the config's order; the sweep's
+        ``ablations`` (one run each, no p) are :attr:`ablation_keys`, never a curve."""
         keys = []
         for rec in self.records.values():
-            if rec["score"] and rec["score"] not in keys:
+            if rec["score"] and rec["p"] is not None and rec["score"] not in keys:
                 keys.append(rec["score"])
         order = [k for key in self.config.scores for k in (key, key + STATIC_SUFFIX)] + ["random"]
+        return sorted(keys, key=lambda k: order.index(k) if k in order else len(order))
+
+    @property
+    def ablation_keys(self) -> list[str]:
+        """The run ids of the finished runs of the sweep's ``ablations`` (one point each), in the config's order."""
+        keys = [rid for rid, rec in self.records.items() if rec["score"] and rec["p"] is None]
+        order = list(self.config.ablation_runs()) if self.config.ablations else []
         return sorted(keys, key=lambda k: order.index(k) if k in order else len(order))
 
     def curves(self, metric: str = "accuracy_percent") -> dict[str, list[tuple[float, float]]]:
         """Per score: (realized % zeroed, metric) points sorted by realized %."""
         out: dict[str, list[tuple[float, float]]] = {}
         for rec in self.records.values():
-            if rec["score"]:
+            if rec["score"] and rec["p"] is not None:
                 out.setdefault(rec["score"], []).append((rec["realized_percent"], rec[metric]))
         return {k: sorted(out[k]) for k in self.score_keys}
 

@@ -46,8 +46,9 @@ class Executor(Protocol):
         """The unablated pass: with ``record``, write the baseline record; with ``scores``, return
         the HeadScores for calibration (else None)."""
 
-    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
-        """Evaluate the (run id, score key, p) runs in ``todo``, writing each run's record."""
+    def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
+        """Evaluate the (run id, score key, p) runs in ``todo``, writing each run's record (p None: one of
+        ``config.ablations``, its key its run id)."""
 
     def close(self) -> None:
         """Release what :meth:`start` holds (called also when the sequence fails)."""

@@ -95,3 +95,26 @@ def test_a_sweep_that_cannot_prompt_leaves_its_folder_empty_and_the_demo_runs_wi
     config = json.loads((out / "sweep.json").read_text())
     assert config["task"] == "winogrande" and config["num_fewshot"] == 1
     assert "1-shot" in text and "Reading (n = 4 questions, 95% intervals)" in text
+
+
+def test_sweep_runs_a_users_registered_kind_given_by_import_and_ablation(tiny_dir, tmp_path, capsys):
+    # tests/integration/user_ablation.py registers "zero_listed_heads"; its heads and the built-in
+    # static text form of the same heads must zero the same and give the same log-likelihoods.
+    out = tmp_path / "sweep"
+    spec = {"kind": "zero_listed_heads", "heads": [[0, 1], [2, 3]]}
+    code = main(["sweep", "--model", tiny_dir, "--task", "piqa", "--limit", "6", "--scores", "ahon_ln",
+                 "--quantiles", "0.3", "--no-random", "--batch-size", "6", "--import", "user_ablation",
+                 "--ablation", json.dumps(spec), "--ablation", "static:0.1/2.3", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    results = SweepResults.load(out)
+    custom, static = results.ablation_keys
+    assert results.records[custom]["ablation"] == spec and results.records[static]["ablation"]["kind"] == "static"
+    assert results.records[custom]["loglikelihoods"] == results.records[static]["loglikelihoods"]
+    assert results.records[custom]["realized_fraction"] == results.records[static]["realized_fraction"] == 2 / 12
+    assert json.loads((out / "sweep.json").read_text())["imports"] == ["user_ablation"]
+    for rid in (custom, static):  # a row each, below the ranking, with the run's own accuracy
+        row = re.search(rf"^{re.escape(rid)}  .*$", text, re.M).group(0)
+        accuracy = re.findall(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row)[0]
+        assert float(accuracy[0]) == pytest.approx(results.records[rid]["accuracy_percent"], abs=0.05), row
+    assert custom not in text[:text.index("fixed ablations")]

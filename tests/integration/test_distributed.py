@@ -4,7 +4,8 @@ GSM8K (3 questions, 4 new tokens) in both decision modes: records and thresholds
 
 First, Ray started by the sweep itself (no cluster given): as many workers as this machine's CPUs
 allow, and a score registered in user code (tests/integration/ray_user_scores.py) reaches them
-through ``SweepConfig.imports``; it runs before any other test here starts Ray. Then one embedded
+through ``SweepConfig.imports``; it runs before any other test here starts Ray, and so does a
+sweep of an ablation kind registered in user code (tests/integration/user_ablation.py). Then one embedded
 Ray instance (2 CPUs) is shared by the rest of the module; Ray's start-up dominates the cost.
 Every Ray test is in this one file, so that two Ray instances never run at once; make test runs it
 alone, after the other files (which run in parallel processes)."""
@@ -100,6 +101,24 @@ def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_
     assert stable(remote.records) == stable(local.records)
     assert remote.records["user_max_key_weight@p=0.3"]["realized_fraction"] > 0
     assert torch.equal(remote.head_scores()["user_max_key_weight"], local.head_scores()["user_max_key_weight"])
+
+
+def test_a_users_ablation_kind_on_ray_equals_the_local_sweep(smollm2, tmp_path):
+    # tests/integration/user_ablation.py registers the kind; the workers know it only through imports
+    assert not ray.is_initialized()
+    spec = {"kind": "zero_listed_heads", "heads": [[0, 1], [4, 8], [29, 3]]}
+    config = tiny_config(scores=[], include_random=False, imports=["user_ablation"], ablations=[spec])
+    remote = run_sweep(config, tmp_path / "ray", executor="ray", workers=1, shards=2, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers run
+    try:
+        local = run_sweep(config, tmp_path / "local", model=smollm2, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert stable(remote.records) == stable(local.records)
+    (rid,) = remote.ablation_keys
+    assert remote.records[rid]["ablation"] == spec and remote.records[rid]["realized_fraction"] == 3 / 270
+    assert remote.records[rid]["loglikelihoods"] != remote.records["baseline"]["loglikelihoods"]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from ...analysis.tables import BASELINE
 from ...core.io import write_json_atomic
 from ...scoring.calibration import Thresholds
 from ...scoring.scores import STATIC_SUFFIX
-from ..config import SweepConfig, ablation_for, run_id
+from ..config import SweepConfig, ablation_for, run_id, run_threshold
 from ..folder import STATIC_HEADS_FILE, STATIC_SCORES_FILE, make_record, record_path
 from ..passes import (
     calibration_plan,
@@ -51,7 +51,7 @@ class LocalExecutor:
                               make_record(config, BASELINE, None, None, None, result, plan, model))
         return result.head_scores if scores else None
 
-    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
+    def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
         config, out, model, plan = self.config, self.out, self.model, self.plan
         static_sets = static_head_sets(config, out, model, self.progress) if any(
             key.endswith(STATIC_SUFFIX) for _, key, _ in todo) else {}
@@ -60,7 +60,7 @@ class LocalExecutor:
         for rid, key, q in todo:
             bar.set_postfix_str(rid)
             heads = static_sets.get(rid)
-            tau = heads.threshold if heads is not None else thresholds[key].at(q)
+            tau = heads.threshold if heads is not None else run_threshold(thresholds, key, q)
             result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=self.progress)
             write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model, heads))
             bar.update(1)

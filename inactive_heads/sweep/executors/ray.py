@@ -50,7 +50,7 @@ from ...analysis.tables import BASELINE
 from ...core.errors import UserError
 from ...core.io import write_json_atomic
 from ...scoring.calibration import Thresholds
-from ..config import SweepConfig, ablation_for, device_type
+from ..config import SweepConfig, ablation_for, device_type, run_threshold
 from ..folder import make_record, record_path
 from ..passes import evaluate_run, load_model_for, plan_for, scores_description, sweep_inputs
 
@@ -336,9 +336,9 @@ class RayExecutor:
             return None
         return ray.get(pool[0].pooled_scores.remote(parts[BASELINE], sum(p["seconds"] for p in parts[BASELINE])))
 
-    def runs(self, todo: list[tuple[str, str, float]], thresholds: dict[str, Thresholds]) -> None:
+    def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
         """Step 2: every (run, shard) of the runs still to do."""
-        runs = {rid: (key, q, thresholds[key].at(q)) for rid, key, q in todo}
+        runs = {rid: (key, q, run_threshold(thresholds, key, q)) for rid, key, q in todo}
         tasks = [(rid, key, q, tau, k, None) for rid, (key, q, tau) in runs.items() for k in range(len(self.layout))]
         _execute(self.ray, self.config, self.out, self.pool, self.layout, tasks, runs, self.progress, "sweep shards")
 
