@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import inactive_heads as ih
+from listed_heads import ZeroListedHeads
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
@@ -73,22 +74,8 @@ def test_lm_eval_model_keeps_the_instance(smollm2, piqa):
     assert kept.stats["loglikelihood"]["realized_fraction_per_layer"][0] == 0.0
 
 
-class ZeroFixed(ih.HeadAblation):
+class ZeroFixed(ZeroListedHeads):
     """A fixed head set, the mask built in decide (registered below, so it has a spec)."""
-
-    def __init__(self, heads):
-        super().__init__()
-        self.heads = [[int(l), int(h)] for l, h in heads]
-
-    def params(self):
-        return {"heads": self.heads}
-
-    def decide(self, acts):
-        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
-        for layer, head in self.heads:
-            if layer == acts.layer:
-                flags[:, head] = True
-        return flags
 
 
 HEADS = [(0, 3), (5, 1), (17, 8), (29, 0)]

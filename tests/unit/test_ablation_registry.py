@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from tiny import random_sequences, tiny_gqa_model
+from listed_heads import ZeroListedHeads
 
 import inactive_heads as ih
 from inactive_heads.evaluation.evaluator import EvalPlan, index_forward_inputs
@@ -24,22 +25,8 @@ HEADS = [(0, 1), (1, 4), (2, 0), (2, 5)]
 TAU = 0.98  # ahon_ln on the tiny model: flags some heads of every layer, not all
 
 
-class ZeroFixed(ih.HeadAblation):
+class ZeroFixed(ZeroListedHeads):
     """A fixed set of heads, written without StaticAblation: the mask is built in decide."""
-
-    def __init__(self, heads):
-        super().__init__()
-        self.heads = [[int(l), int(h)] for l, h in heads]
-
-    def params(self):
-        return {"heads": self.heads}
-
-    def decide(self, acts):
-        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
-        for layer, head in self.heads:
-            if layer == acts.layer:
-                flags[:, head] = True
-        return flags
 
 
 class KeepLayer0(ih.DynamicAblation):  # registered: its spec is the parent's arguments, nothing to write

@@ -236,25 +236,14 @@ def test_results_do_not_depend_on_batch_size_with_dynamic_ablation(model):
 
 
 FIXED_HEADS_MODULE = '''
-import torch
 import inactive_heads as ih
+from listed_heads import ZeroListedHeads
 
 
 @ih.register_ablation("fixed_heads_for_test")
-class FixedHeads(ih.HeadAblation):
+class FixedHeads(ZeroListedHeads):
     def __init__(self, heads=((0, 1), (1, 4), (2, 0), (2, 5))):
-        super().__init__()
-        self.heads = [list(h) for h in heads]
-
-    def params(self):
-        return {"heads": self.heads}
-
-    def decide(self, acts):
-        flags = torch.zeros((acts.z.shape[0], acts.n_heads), dtype=torch.bool, device=acts.z.device)
-        for layer, head in self.heads:
-            if layer == acts.layer:
-                flags[:, head] = True
-        return flags
+        super().__init__(heads)
 '''
 
 
