@@ -186,6 +186,24 @@ def _reset_shared_model_hooks(request):
             model.reset_hooks(including_permanent=False)
 
 
+USER_ABLATION_MODULE, USER_ABLATION_KIND = "user_ablation", "zero_listed_heads"
+
+
+@pytest.fixture(autouse=True)
+def _forget_user_ablation_kind():
+    """tests/integration/user_ablation.py registers a kind when a sweep imports it (``imports``);
+    the registry is global, so forget both after the test: no other test sees the kind, and the
+    next import registers it afresh."""
+    yield
+    import sys
+
+    if sys.modules.pop(USER_ABLATION_MODULE, None) is not None:
+        import inactive_heads as ih
+
+        if USER_ABLATION_KIND in ih.ablation_kinds():
+            ih.unregister_ablation(USER_ABLATION_KIND)
+
+
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """An empty ``INACTIVE_HEADS_CACHE``: conversions in the test never touch the real cache."""
