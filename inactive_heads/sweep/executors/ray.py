@@ -46,6 +46,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ...ablation.head_ablation import ablation_from_spec
 from ...analysis.tables import BASELINE
 from ...core.errors import UserError
 from ...core.io import write_json_atomic
@@ -96,7 +97,7 @@ class Worker:
 
     def run_shard(self, rid: str, shard: int, indices: list[int], spec: dict | None,
                   record: list[str] | None) -> dict[str, Any]:
-        ablation = None if spec is None else _build(spec)
+        ablation = None if spec is None else ablation_from_spec(spec)
         shard_of = self._generation_shard if self.config.is_generation else self._likelihood_shard
         out, result = shard_of(indices, ablation, record or None)
         out.update(run_id=rid, shard=shard, inputs=indices)
@@ -283,12 +284,6 @@ def _unpack_flags(packed: list[str], n_layers: int, n_heads: int):
     rows = [np.unpackbits(np.frombuffer(bytes.fromhex(h), dtype=np.uint8))[:n] for h in packed]
     return torch.from_numpy(np.stack(rows).astype(bool)).reshape(len(packed), n_layers, n_heads) if rows else \
         torch.zeros((0, n_layers, n_heads), dtype=torch.bool)
-
-
-def _build(spec: dict[str, Any]):
-    from ...ablation.head_ablation import AblationSpec
-
-    return AblationSpec.from_dict(spec).build()
 
 
 # ----------------------------------------------------------------------------------------------
