@@ -4,6 +4,8 @@ tolerance, normalized AUC ranking, paired bootstrap intervals, score distributio
 from .curves import (  # noqa: F401
     Points,
     max_fraction_within,
+    max_fraction_within_censored,
+    MaxWithin,
     normalized_auc,
     auc_ranks,
     rank_by_auc,

@@ -57,6 +57,56 @@ def _curve(points: Points) -> tuple[np.ndarray, np.ndarray]:
 # One curve
 
 
+class MaxWithin(NamedTuple):
+    """The max % zeroed within tolerance of one curve, read with its censoring.
+
+    ``value`` is where the curve last crosses the line (as :func:`max_fraction_within`), and
+    otherwise:
+
+    * ``censored`` (every point above the line: the curve never reached it in the tested range):
+      ``value`` is the largest realized x, a **lower bound** of the truth ("≥ value, not reached:
+      add larger quantiles");
+    * ``below`` (every point below the line): ``value`` is 0.0; the truth is below the smallest
+      tested x.
+
+    >>> max_fraction_within_censored([(5, 40.0), (12, 39.5)], 40.0)
+    MaxWithin(value=12.0, censored=True, below=False)
+    """
+
+    value: float
+    censored: bool = False
+    below: bool = False
+
+
+def _never_reached(above_line: np.ndarray) -> np.ndarray:
+    """Per curve (last axis: its points' distance above the line), for curves that do not cross:
+    True when every point lies above the line, so the statistic is censored at the largest x.
+    The one place the toolkit decides censoring (one curve and the bootstrap replicates alike)."""
+    return np.asarray((np.asarray(above_line) > 0).all(axis=-1))
+
+
+def max_fraction_within_censored(points: Points, baseline: Real, tolerance: Real = 1.0) -> MaxWithin:
+    """Largest % zeroed with accuracy still within ``tolerance`` points of ``baseline``, with the
+    censoring said (:class:`MaxWithin`): the crossing rule of :func:`max_fraction_within`; a
+    curve that never falls to the line in the tested range gives its largest realized x flagged
+    ``censored`` (a lower bound), one that lies below the line everywhere gives 0.0 flagged
+    ``below``. This is the reading the sweep table, the report and ``grid`` show."""
+    xs, ys = _curve(points)
+    line = float(baseline) - float(tolerance)
+    last: float | None = float(xs[0]) if ys[0] == line else None
+    for i in range(len(xs) - 1):
+        x1, x2, y1, y2 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+        if (y1 - line) * (y2 - line) < 0:
+            last = float(x1 + (line - y1) * (x2 - x1) / (y2 - y1))
+        if y2 == line:
+            last = float(x2)
+    if last is not None:
+        return MaxWithin(last)
+    if bool(_never_reached(ys - line)):
+        return MaxWithin(float(xs[-1]), censored=True)
+    return MaxWithin(0.0, below=True)
+
+
 def max_fraction_within(
     points: Points,
     baseline: Real,
@@ -75,35 +125,32 @@ def max_fraction_within(
     * a point lying exactly on the line is a crossing at its own x (so touching counts);
     * among all crossings the largest x wins (the last segment scanned), whichever way the curve
       passes through the line there;
-    * no crossing at all gives 0.0.
+    * no crossing at all gives 0.0: **the paper's rule**, the default, with which Table 2 is
+      reproduced (:func:`table2`, :func:`max_fraction_table`).
 
-    Our reading of the no-crossing case: it arises when every point is above the line (the
-    function never cost a full point of accuracy within its realized range, e.g. a function
-    whose realized % stays small) or every point is below it. The notebook reports 0 for both,
-    and Table 2 is reproduced only with that, so it is the default. For "every point above",
-    0 understates the truth: the real answer is at least the largest realized x, which
-    ``if_never_crosses="max_x"`` returns instead (points all below still give 0.0).
+    The no-crossing case arises when every point is above the line (the function never cost a
+    full point of accuracy within its realized range: the curve is *censored*) or every point is
+    below it. The notebook reports 0 for both. For "every point above", 0 understates the truth:
+    the real answer is at least the largest realized x, which ``if_never_crosses="max_x"``
+    returns instead (points all below still give 0.0); :func:`max_fraction_within_censored`
+    returns the same number with the flag that says it is a bound.
 
     Tolerance is in absolute accuracy points (1.0 = "within 1%" of the paper). A single point is
     accepted (the notebook returned 0 for fewer than two points): it counts only if it lies on
     the line.
     """
+    _check_rule(if_never_crosses)
+    return _by_rule(max_fraction_within_censored(points, baseline, tolerance), if_never_crosses)
+
+
+def _check_rule(if_never_crosses: str) -> None:
     if if_never_crosses not in ("zero", "max_x"):
         raise UserError(f"if_never_crosses={if_never_crosses!r} must be 'zero' or 'max_x'")
-    xs, ys = _curve(points)
-    line = float(baseline) - float(tolerance)
-    last: float | None = float(xs[0]) if ys[0] == line else None
-    for i in range(len(xs) - 1):
-        x1, x2, y1, y2 = xs[i], xs[i + 1], ys[i], ys[i + 1]
-        if (y1 - line) * (y2 - line) < 0:
-            last = float(x1 + (line - y1) * (x2 - x1) / (y2 - y1))
-        if y2 == line:
-            last = float(x2)
-    if last is not None:
-        return last
-    if if_never_crosses == "max_x" and bool((ys > line).all()):
-        return float(xs[-1])
-    return 0.0
+
+
+def _by_rule(reading: MaxWithin, if_never_crosses: str) -> float:
+    """The number a rule gives for a reading: the paper's 0 for a censored curve under "zero"."""
+    return 0.0 if reading.censored and if_never_crosses == "zero" else reading.value
 
 
 def normalized_auc(points: Points) -> float:
@@ -147,14 +194,19 @@ def max_fraction_table(
     results: Mapping[str, Mapping[str, Points]],
     baselines: Mapping[str, Real],
     tolerance: Real = 1.0,
+    *,
+    if_never_crosses: Literal["zero", "max_x"] = "zero",
 ) -> pd.DataFrame:
     """:func:`max_fraction_within` for every (model, score): models as rows, scores as columns
-    (NaN where a model lacks a score)."""
+    (NaN where a model lacks a score). The default is the paper's rule (0 for a curve that never
+    crosses its line); ``if_never_crosses="max_x"`` gives such a curve its lower bound instead."""
+    _check_rule(if_never_crosses)
     missing = [m for m in results if m not in baselines]
     if missing:
         raise UserError(f"no baseline accuracy for {missing}; baselines has {list(baselines)}")
     rows = {
-        model: {key: max_fraction_within(pts, baselines[model], tolerance) for key, pts in curves.items()}
+        model: {key: max_fraction_within(pts, baselines[model], tolerance, if_never_crosses=if_never_crosses)
+                for key, pts in curves.items()}
         for model, curves in results.items()
     }
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -167,17 +219,26 @@ def table2(
     sink_key: str = "awft",
     *,
     mean_row: bool = False,
+    if_never_crosses: Literal["zero", "max_x"] = "zero",
 ) -> pd.DataFrame:
     """The paper's Table 2: per model, the max % zeroed within ``tolerance`` points of the
     baseline for ``sink_key`` (AWFT) and for the best of **all other** scores in ``results``
     (Random and AWFT (LN) included; docs/concepts.md, "Summarizing a curve").
 
-    Columns: ``model``, ``<sink_key>_max_pct``, ``best_other_key``, ``best_other_max_pct``,
-    ``delta`` (best other − sink). Ties for best other go to the first key in ``results`` order.
-    ``baselines[model]`` is the accuracy with nothing zeroed (the paper used its Random p = 0
-    run). ``mean_row=True`` appends a ``model="mean"`` row averaging the numeric columns (the
-    headline number is the mean of ``best_other_max_pct``).
+    Columns: ``model``, ``<sink_key>_max_pct``, ``<sink_key>_censored``, ``best_other_key``,
+    ``best_other_max_pct``, ``best_other_censored``, ``delta`` (best other − sink). Ties for best
+    other go to the first key in ``results`` order. ``baselines[model]`` is the accuracy with
+    nothing zeroed (the paper used its Random p = 0 run). ``mean_row=True`` appends a
+    ``model="mean"`` row averaging the numeric columns (the headline number is the mean of
+    ``best_other_max_pct``; its flags say whether any row is censored).
+
+    The default, ``if_never_crosses="zero"``, is **the paper's rule**, which reproduces Table 2: a
+    curve that never crosses its line counts 0. The ``_censored`` columns say which curves never
+    reached it in the tested range (every point above the line); ``if_never_crosses="max_x"``
+    gives them their lower bound (the largest realized %) instead, and picks the best other score
+    by that value-or-bound (:func:`max_fraction_within_censored`).
     """
+    _check_rule(if_never_crosses)
     rows = []
     for model, curves in results.items():
         if sink_key not in curves:
@@ -185,29 +246,35 @@ def table2(
         if model not in baselines:
             raise UserError(f"no baseline accuracy for '{model}'; baselines has {list(baselines)}")
         base = baselines[model]
-        sink = max_fraction_within(curves[sink_key], base, tolerance)
-        best_key, best = None, float("nan")
+        sink_reading = max_fraction_within_censored(curves[sink_key], base, tolerance)
+        sink = _by_rule(sink_reading, if_never_crosses)
+        best_key, best, best_censored = None, float("nan"), False
         for key, pts in curves.items():
             if key == sink_key:
                 continue
-            value = max_fraction_within(pts, base, tolerance)
+            reading = max_fraction_within_censored(pts, base, tolerance)
+            value = _by_rule(reading, if_never_crosses)
             if best_key is None or value > best:
-                best_key, best = key, value
+                best_key, best, best_censored = key, value, reading.censored
         rows.append(
             {
                 "model": model,
                 f"{sink_key}_max_pct": sink,
+                f"{sink_key}_censored": sink_reading.censored,
                 "best_other_key": best_key,
                 "best_other_max_pct": best,
+                "best_other_censored": best_censored,
                 "delta": best - sink,
             }
         )
-    df = pd.DataFrame(
-        rows, columns=["model", f"{sink_key}_max_pct", "best_other_key", "best_other_max_pct", "delta"]
-    )
+    columns = ["model", f"{sink_key}_max_pct", f"{sink_key}_censored", "best_other_key", "best_other_max_pct",
+               "best_other_censored", "delta"]
+    df = pd.DataFrame(rows, columns=columns)
     if mean_row and len(df):
         numeric = [f"{sink_key}_max_pct", "best_other_max_pct", "delta"]
-        mean = {"model": "mean", "best_other_key": None, **{c: float(df[c].mean()) for c in numeric}}
+        flags = [f"{sink_key}_censored", "best_other_censored"]
+        mean = {"model": "mean", "best_other_key": None, **{c: float(df[c].mean()) for c in numeric},
+                **{c: bool(df[c].any()) for c in flags}}
         df = pd.concat([df, pd.DataFrame([mean], columns=df.columns)], ignore_index=True)
     return df
 
@@ -500,8 +567,17 @@ def _sorted_runs(points: Sequence[tuple[Real, np.ndarray]]) -> tuple[np.ndarray,
 def max_fraction_within_batch(
     xs: Float[np.ndarray, " k"], ys: Float[np.ndarray, "B k"], line: Float[np.ndarray, " B"]
 ) -> Float[np.ndarray, " B"]:
-    """:func:`max_fraction_within` (``if_never_crosses="zero"``) for many curves at once that share
-    their sorted x: row b is the curve ``ys[b]`` against the line ``line[b]``."""
+    """:func:`max_fraction_within` (``if_never_crosses="zero"``, the paper's rule) for many curves
+    at once that share their sorted x: row b is the curve ``ys[b]`` against the line ``line[b]``.
+    :func:`curve_intervals` reads the same rows with their censoring."""
+    return _batch_crossings(xs, ys, line)[0]
+
+
+def _batch_crossings(
+    xs: Float[np.ndarray, " k"], ys: Float[np.ndarray, "B k"], line: Float[np.ndarray, " B"]
+) -> tuple[Float[np.ndarray, " B"], Bool[np.ndarray, " B"]]:
+    """Per row: the last crossing's x (0.0 without one: the paper's rule) and whether the row is
+    censored (no crossing, every point above its line: :func:`_never_reached`)."""
     xs = np.asarray(xs, dtype=np.float64)
     ys = np.asarray(ys, dtype=np.float64)
     d = ys - np.asarray(line, dtype=np.float64)[:, None]
@@ -520,7 +596,7 @@ def max_fraction_within_batch(
         hit[:, 2::2], at[:, 2::2] = d2 == 0, xs[1:]
     last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
     found = hit.any(axis=1)
-    return np.where(found, at[np.arange(hit.shape[0]), last], 0.0)
+    return np.where(found, at[np.arange(hit.shape[0]), last], 0.0), ~found & _never_reached(d)
 
 
 def _auc_weights(xs: np.ndarray) -> np.ndarray:
@@ -534,6 +610,28 @@ def _auc_weights(xs: np.ndarray) -> np.ndarray:
     w[:-1] += dx / 2
     w[1:] += dx / 2
     return w / span
+
+
+CENSORING_COLUMNS = ["max_pct_within_censored", "max_pct_within_uncrossed", "max_pct_within_low_censored",
+                     "max_pct_within_high_censored"]
+"""The columns :func:`curve_intervals` adds after ``max_pct_within_high`` to say what is a lower bound."""
+
+
+def _censored_interval(
+    estimate: float, reps: np.ndarray, uncrossed: np.ndarray, bound: float, level: Real
+) -> tuple[Interval, bool, bool]:
+    """The percentile interval of replicates of which ``uncrossed`` ones are censored at ``bound``
+    (the largest realized x, above every crossing), with whether each end is itself a bound.
+
+    An end is a bound when it depends on a censored replicate: moving those replicates up moves
+    it. Without censored replicates the replicates are used as they are (the same numbers as
+    :func:`percentile_interval`)."""
+    if not uncrossed.any():
+        return percentile_interval(estimate, reps, level), False, False
+    reps = np.where(uncrossed, bound, reps)
+    interval = percentile_interval(estimate, reps, level)
+    moved = percentile_interval(estimate, np.where(uncrossed, bound + 1.0 + abs(bound), reps), level)
+    return interval, bool(moved.low != interval.low), bool(moved.high != interval.high)
 
 
 def curve_intervals(
@@ -556,15 +654,25 @@ def curve_intervals(
     that resample, rebuilds each curve and takes its statistics. The realized % (x) stays as
     measured: it counts (sequence, layer, head) triples, not questions.
 
+    Censoring (:func:`max_fraction_within_censored`): a curve whose every point lies above its
+    line never reached it in the tested range, so its max-% is at least its largest realized x,
+    which is then its value, flagged ``max_pct_within_censored``. A replicate whose curve does
+    not reach its line is likewise at least that x: it counts as that bound and ranks above every
+    replicate that crosses (never as 0), and ``max_pct_within_uncrossed`` counts them. An end of
+    the interval that falls among them (moves if they move up) is itself a lower bound, flagged
+    ``max_pct_within_low_censored`` / ``max_pct_within_high_censored``. Curves whose replicates
+    all cross get the same numbers as without censoring.
+
     Returns one row per key: ``score, max_pct_within, max_pct_within_low, max_pct_within_high,
-    normalized_auc, auc_low, auc_high``.
+    max_pct_within_censored, max_pct_within_uncrossed, max_pct_within_low_censored,
+    max_pct_within_high_censored, normalized_auc, auc_low, auc_high``.
     """
     sizes = {np.asarray(v).shape[-1] for pts in curves.values() for _, v in pts}
     if not np.isscalar(baseline):
         sizes.add(np.asarray(baseline).shape[-1])
     if len(sizes) > 1:
         raise UserError(f"runs must answer the same questions; got per-question arrays of sizes {sorted(sizes)}")
-    columns = ["score", "max_pct_within", "max_pct_within_low", "max_pct_within_high",
+    columns = ["score", "max_pct_within", "max_pct_within_low", "max_pct_within_high", *CENSORING_COLUMNS,
                "normalized_auc", "auc_low", "auc_high"]
     if not sizes:
         return pd.DataFrame(columns=columns)
@@ -587,14 +695,12 @@ def curve_intervals(
         values = _as_values([np.asarray(pts[i][1], dtype=np.float64) for i in order], n)
         y_hat = values.mean(axis=1)
         y_reps = counts @ values.T / n  # [B, k]
-        within = percentile_interval(
-            max_fraction_within(np.column_stack([xs, y_hat]), base_hat, tolerance),
-            max_fraction_within_batch(xs, y_reps, base_reps - float(tolerance)),
-            level,
-        )
+        estimate = max_fraction_within_censored(np.column_stack([xs, y_hat]), base_hat, tolerance)
+        reps, uncrossed = _batch_crossings(xs, y_reps, base_reps - float(tolerance))
+        within, low_censored, high_censored = _censored_interval(estimate.value, reps, uncrossed, xs[-1], level)
         w = _auc_weights(xs)
         auc = percentile_interval(float(y_hat @ w), y_reps @ w, level)
-        rows.append([key, *within, *auc])
+        rows.append([key, *within, estimate.censored, int(uncrossed.sum()), low_censored, high_censored, *auc])
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -669,6 +775,8 @@ __all__ = [
     "curve_intervals",
     "difference_interval",
     "max_fraction_within_batch",
+    "MaxWithin",
+    "max_fraction_within_censored",
     "percentile_interval",
     "questions_to_resolve",
     "auc_table",

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..scoring.scores import score_label
 from .curves import (
+    CENSORING_COLUMNS,
     DEFAULT_RESAMPLES,
     Real,
     accuracy_interval,
@@ -47,9 +48,9 @@ def tolerance_text(tolerance: Real) -> str:
 
 
 COLUMNS = [
-    "score", "label", "max_pct_within", "max_pct_within_low", "max_pct_within_high", "normalized_auc",
-    "auc_low", "auc_high", "max_pct_agree", "max_pct_agree_low", "max_pct_agree_high", "max_realized_pct",
-    "points", "rank",
+    "score", "label", "max_pct_within", "max_pct_within_low", "max_pct_within_high", *CENSORING_COLUMNS,
+    "normalized_auc", "auc_low", "auc_high", "max_pct_agree", "max_pct_agree_low", "max_pct_agree_high",
+    *(c.replace("max_pct_within", "max_pct_agree") for c in CENSORING_COLUMNS), "max_realized_pct", "points", "rank",
 ]
 
 
@@ -104,6 +105,13 @@ def summary_table(
     log-likelihoods) with ``max_pct_agree_low/high``; ``max_realized_pct``, ``points``, ``rank``.
     Intervals are 95 % percentile intervals of ``n_resamples`` resamples of the questions,
     the same resamples for every run (:func:`inactive_heads.analysis.curve_intervals`).
+
+    Censoring, for both max-% statistics (``<stat>`` is ``max_pct_within`` or ``max_pct_agree``):
+    ``<stat>_censored`` is True when the curve never reached its line in the tested range, so
+    ``<stat>`` is a lower bound (the largest realized %); ``<stat>_uncrossed`` counts the
+    resamples whose curve did not reach it; ``<stat>_low_censored`` / ``<stat>_high_censored``
+    say that an interval end is itself a lower bound (False, and ``_uncrossed`` NaN, where the
+    statistic is NaN). The rank is by normalized AUC only.
     """
     arrays, n = _record_arrays(results)
     has_baseline = BASELINE in arrays
@@ -120,7 +128,8 @@ def summary_table(
         arrays[BASELINE]["correct"] if has_baseline else 0.0, tolerance, indices=indices,
     ).set_index("score")
     if not has_baseline:
-        accuracy[["max_pct_within", "max_pct_within_low", "max_pct_within_high"]] = math.nan
+        accuracy[["max_pct_within", "max_pct_within_low", "max_pct_within_high", "max_pct_within_uncrossed"]] = math.nan
+        accuracy[[c for c in CENSORING_COLUMNS if c.endswith("censored")]] = False
     with_agreement = {k: runs for k, runs in by_key.items() if all("agree" in arrays[r] for _, r in runs)}
     agreement = curve_intervals(
         {k: [(x, arrays[r]["agree"]) for x, r in runs] for k, runs in with_agreement.items()},
@@ -130,18 +139,18 @@ def summary_table(
     for key, runs in by_key.items():
         acc = accuracy.loc[key]
         agree = agreement.loc[key] if key in agreement.index else None
+        within = {c: acc[c] for c in ["max_pct_within", "max_pct_within_low", "max_pct_within_high",
+                                       *CENSORING_COLUMNS]}
+        agreed = {c.replace("max_pct_within", "max_pct_agree"): _missing(c) if agree is None else agree[c]
+                  for c in within}
         rows.append({
             "score": key,
             "label": score_label(key),
-            "max_pct_within": acc["max_pct_within"],
-            "max_pct_within_low": acc["max_pct_within_low"],
-            "max_pct_within_high": acc["max_pct_within_high"],
+            **within,
             "normalized_auc": acc["normalized_auc"],
             "auc_low": acc["auc_low"],
             "auc_high": acc["auc_high"],
-            "max_pct_agree": math.nan if agree is None else agree["max_pct_within"],
-            "max_pct_agree_low": math.nan if agree is None else agree["max_pct_within_low"],
-            "max_pct_agree_high": math.nan if agree is None else agree["max_pct_within_high"],
+            **agreed,
             "max_realized_pct": max(x for x, _ in runs),
             "points": len(runs),
         })
@@ -149,6 +158,11 @@ def summary_table(
     frame = frame.reset_index(drop=True)
     frame["rank"] = auc_ranks(dict(zip(frame["score"], frame["normalized_auc"]))).astype(int).to_numpy()
     return frame[COLUMNS]
+
+
+def _missing(column: str) -> float | bool:
+    """A statistic's cell where it cannot be computed: NaN, and no censoring flag."""
+    return False if column.endswith("censored") else math.nan
 
 
 def runs_table(

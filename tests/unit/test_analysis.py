@@ -144,7 +144,8 @@ def _results():
 def test_table2():
     results, baselines = _results()
     df = table2(results, baselines)
-    assert list(df.columns) == ["model", "awft_max_pct", "best_other_key", "best_other_max_pct", "delta"]
+    assert list(df.columns) == ["model", "awft_max_pct", "awft_censored", "best_other_key", "best_other_max_pct",
+                                "best_other_censored", "delta"]
     r1, r2 = df.iloc[0], df.iloc[1]
     assert r1["awft_max_pct"] == pytest.approx(12.5)
     assert r1["best_other_key"] == "ahon_ln"
