@@ -55,6 +55,10 @@ COLUMNS = [
 
 
 
+NOT_REACHED = "not reached: add larger quantiles"
+"""What a censored max-% says beside its bound ("≥ 29.1 (not reached: add larger quantiles)"): the
+curve stayed within its line up to the largest % zeroed tested, so the value is at least that."""
+
 AGREEMENT_TOLERANCE = 1.0
 """Points of answer agreement an ablation may lose: "max % zeroed with ≥ 99 % agreement"."""
 

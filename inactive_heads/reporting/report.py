@@ -31,7 +31,7 @@ from ..analysis.curves import (
 from ..scoring.calibration import Thresholds, calibrate
 from ..scoring.recording import HeadScores, toolkit_version
 from ..scoring.scores import get_score
-from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
+from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, NOT_REACHED, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
 from ..scoring.scores import score_label
 from ..core.text import text_table
 from ..sweep.results import SweepResults
@@ -74,6 +74,58 @@ def _ci(value: Real, low: Real, high: Real, digits: int = 1) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+MAX_PCT_STATS = ("max_pct_within", "max_pct_agree")
+"""The summary table's two max-% statistics, each with its censoring columns (``<stat>_censored`` ...)."""
+
+
+def _bound(value: Real, censored: object, digits: int) -> str:
+    """A number, or a lower bound ("≥ 29.1") when it is censored (a bool, numpy's too)."""
+    return f"≥ {value:.{digits}f}" if censored else f"{value:.{digits}f}"
+
+
+def _max_pct(r: pd.Series, stat: str, digits: int = 1) -> str:
+    """A max-% statistic and its interval, every lower bound marked "≥" (text table)."""
+    if r[stat] is None or math.isnan(r[stat]):
+        return "—"
+    return (f"{_bound(r[stat], r[f'{stat}_censored'], digits)} [{_bound(r[f'{stat}_low'], r[f'{stat}_low_censored'], digits)}, "
+            f"{_bound(r[f'{stat}_high'], r[f'{stat}_high_censored'], digits)}]")
+
+
+def _max_pct_range(r: pd.Series, stat: str, digits: int = 2) -> str:
+    """The interval of a max-% statistic as "low to high", bounds marked "≥", with the resamples
+    that did not reach the line when there are any (HTML report)."""
+    if r[stat] is None or math.isnan(r[stat]):
+        return "—"
+    text = (f"{_bound(r[f'{stat}_low'], r[f'{stat}_low_censored'], digits)} to "
+            f"{_bound(r[f'{stat}_high'], r[f'{stat}_high_censored'], digits)}")
+    if r[f"{stat}_uncrossed"] > 0:
+        text += f"; {int(r[f'{stat}_uncrossed'])} of {DEFAULT_RESAMPLES} resamples did not reach the line"
+    return text
+
+
+def _censoring_lines(frame: pd.DataFrame, names: dict[str, str]) -> list[str]:
+    """One line per score whose max-% (``names``: statistic -> what it is called) is a lower bound
+    or has resamples that did not reach the line: what was not reached, and how many resamples."""
+    lines = []
+    for _, r in frame.iterrows():
+        said = []
+        for stat, name in names.items():
+            if r[stat] is None or math.isnan(r[stat]) or not r[f"{stat}_uncrossed"] > 0:
+                continue
+            counted = f"{int(r[f'{stat}_uncrossed'])} of {DEFAULT_RESAMPLES} resamples did not reach the line"
+            if r[f"{stat}_censored"]:
+                said.append(f"{name} {_bound(r[stat], True, 1)} ({NOT_REACHED}), {counted}")
+            else:
+                said.append(f"{name}: {counted}")
+        if said:
+            lines.append(f"  {r['label']}: " + "; ".join(said))
+    if not lines:
+        return []
+    return ["≥: a lower bound. A curve that stays within its line up to the largest % zeroed tested never "
+            "reached it: its value is at least that %. Resamples that do not reach the line count as that "
+            "bound, above every resample that does, and an interval end among them is a bound too.", *lines]
+
+
 def format_table(
     results: SweepResults | str | os.PathLike, *, tolerance: Real = 1.0, runs: bool = False
 ) -> str:
@@ -109,15 +161,17 @@ def format_table(
               f"max % zeroed, agreement >= {100 - AGREEMENT_TOLERANCE:g}%", "max realized %"]
     rows = [
         [str(int(r["rank"])), str(r["label"]),
-         _ci(r["max_pct_within"], r["max_pct_within_low"], r["max_pct_within_high"]),
+         _max_pct(r, "max_pct_within"),
          _ci(r["normalized_auc"], r["auc_low"], r["auc_high"]),
-         _ci(r["max_pct_agree"], r["max_pct_agree_low"], r["max_pct_agree_high"]),
+         _max_pct(r, "max_pct_agree"),
          _fmt(r["max_realized_pct"])]
         for _, r in frame.iterrows()
     ]
     lines += ["", text_table(header, rows, left={1})]
     lines.append("[low, high]: 95% paired bootstrap intervals over questions "
                  f"({DEFAULT_RESAMPLES} resamples); agreement: same chosen answer as with nothing zeroed.")
+    lines += _censoring_lines(frame, {"max_pct_within": f"within {_tol(tolerance)}",
+                                      "max_pct_agree": f"agreement >= {100 - AGREEMENT_TOLERANCE:g}%"})
     lines += _ablations_text(results)
     if runs:
         table = runs_table(results)
@@ -206,7 +260,9 @@ def _swatch(key: str) -> str:
 
 
 def _best_key(frame: pd.DataFrame) -> str | None:
-    """The score with the most heads zeroed within tolerance (ties: better AUC), Random last."""
+    """The score with the most heads zeroed within tolerance (ties: better AUC), Random last. A
+    censored max-% ranks by its bound (``max_pct_within`` holds it): a bound equal to another
+    score's value ties with it, and the AUC breaks the tie."""
     if frame.empty:
         return None
     candidates = frame[frame["score"] != "random"] if (frame["score"] != "random").any() else frame
@@ -251,8 +307,10 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
             f"{_baseline_interval_html(results)}. "
             "For each score, the largest realized % of (sequence, layer, head) triples zeroed while accuracy "
             f"stays within {_e(_tol(tolerance))} (absolute) of the baseline: the last crossing of its "
-            "piecewise-linear curve with the line baseline − tolerance, 0 when it never crosses "
-            "(the paper's Table 2 statistic).</p>"
+            "piecewise-linear curve with the line baseline − tolerance (the paper's Table 2 statistic). "
+            "A curve that stays above the line at every % zeroed tested never reached it: its value is a "
+            "lower bound, marked ≥ (the largest % tested; add larger quantiles to find it), where the "
+            "paper's rule would count 0. Rows are ordered by this value or bound (ties: better AUC).</p>"
         )
     if frame.empty:
         parts.append("<p>No ablation run has finished yet.</p>")
@@ -267,13 +325,13 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
         rows.append([
             f"{_swatch(r['score'])}{_e(r['label'])}",
             f"<code>{_e(r['score'])}</code>",
-            _fmt(r["max_pct_within"]),
-            _e(_range(r["max_pct_within_low"], r["max_pct_within_high"])),
+            _max_pct_html(r, "max_pct_within"),
+            _e(_max_pct_range(r, "max_pct_within")),
             _fmt(r["normalized_auc"]),
             _e(_range(r["auc_low"], r["auc_high"])),
             str(int(r["rank"])),
-            _fmt(r["max_pct_agree"]),
-            _e(_range(r["max_pct_agree_low"], r["max_pct_agree_high"])),
+            _max_pct_html(r, "max_pct_agree"),
+            _e(_max_pct_range(r, "max_pct_agree")),
             _fmt(r["max_realized_pct"]),
             f"{int(r['points'])} / {n_planned}",
         ])
@@ -286,22 +344,51 @@ def _summary_html(results: SweepResults, frame: pd.DataFrame, tolerance: Real) -
     parts.append(
         '<p class="caption">Intervals: 95% percentile intervals of a paired bootstrap over questions '
         f"({DEFAULT_RESAMPLES} resamples, the same for every run: each resample recomputes every run's "
-        "accuracy, then each curve, then its statistic). Answer agreement: % of questions whose chosen "
+        "accuracy, then each curve, then its statistic; a resample whose curve does not reach the line "
+        "counts as the bound, above every resample that does, so an interval end among them is a bound "
+        "too, marked ≥). Answer agreement: % of questions whose chosen "
         "answer (largest log-likelihood) is the one chosen with nothing zeroed; it needs no labels.</p>"
     )
     note = resolution_note(results, tolerance)
     if note:
         parts.append(f'<div class="note">Sample size: {_e(note[0].upper() + note[1:])}</div>')
     if has_baseline and "awft" in set(frame["score"]) and len(frame) > 1:
-        awft = float(frame.loc[frame["score"] == "awft", "max_pct_within"].iloc[0])
+        awft = frame.loc[frame["score"] == "awft"].iloc[0]
         others = frame[frame["score"] != "awft"]
-        top = others.loc[others["max_pct_within"].idxmax()]
+        top = others.loc[others["max_pct_within"].idxmax()]  # frame is in AUC order: ties go to the better AUC
         parts.append(
             f'<p class="caption">Best score other than AWFT: <b>{_e(top["label"])}</b>, '
-            f"{top['max_pct_within']:.2f}% zeroed within {_e(_tol(tolerance))}, against {awft:.2f}% for AWFT "
-            f"(difference {top['max_pct_within'] - awft:+.2f} points).</p>"
+            f"{_e(_percent_zeroed(top, tolerance))}, against {_e(_percent_zeroed(awft, tolerance))} "
+            f"for AWFT ({_e(_difference(top, awft))}).</p>"
         )
     return "\n".join(parts)
+
+
+def _max_pct_html(r: pd.Series, stat: str) -> str:
+    """A max-% cell of the HTML table: the number, or "≥ bound (not reached: add larger quantiles)"."""
+    if r[stat] is None or math.isnan(r[stat]):
+        return "—"
+    if r[f"{stat}_censored"]:
+        return f"{_e(_bound(r[stat], True, 2))} <small>({_e(NOT_REACHED)})</small>"
+    return _fmt(r[stat])
+
+
+def _percent_zeroed(r: pd.Series, tolerance: Real) -> str:
+    text = f"{_bound(r['max_pct_within'], r['max_pct_within_censored'], 2)}% zeroed within {_tol(tolerance)}"
+    return f"{text} ({NOT_REACHED})" if r["max_pct_within_censored"] else text
+
+
+def _difference(top: pd.Series, awft: pd.Series) -> str:
+    """top − AWFT in points; a lower bound on either side bounds the difference or leaves it open."""
+    d = top["max_pct_within"] - awft["max_pct_within"]
+    top_bound, awft_bound = bool(top["max_pct_within_censored"]), bool(awft["max_pct_within_censored"])
+    if top_bound and awft_bound:
+        return "difference not determined: neither curve reached its line"
+    if top_bound:
+        return f"difference at least {d:+.2f} points"
+    if awft_bound:
+        return f"difference at most {d:+.2f} points: AWFT's curve did not reach its line"
+    return f"difference {d:+.2f} points"
 
 
 def _baseline_interval_html(results: SweepResults) -> str:

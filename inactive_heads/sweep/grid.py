@@ -19,7 +19,9 @@ A grid file (TOML)::
 
 :func:`compare_table` puts finished sweep folders side by side in the paper's Table 2 layout:
 baseline accuracy (with its 95 % bootstrap interval), AWFT's max % zeroed within the tolerance,
-the best other score and its max %, and each score's rank by normalized AUC.
+the best other score and its max %, and each score's rank by normalized AUC. A curve that never
+reached its line in the tested range gives its lower bound there, flagged censored (shown "≥");
+the paper's rule (0 for such a curve) stays beside it in the ``*_paper_rule`` columns.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
-from ..analysis.tables import BASELINE
+from ..analysis.tables import BASELINE, NOT_REACHED
 from ..core.io import write_text_atomic
 from .config import GENERATION_OPTIONS, SweepConfig
 from .results import SweepResults
@@ -125,7 +127,14 @@ def run_grid(grid: GridConfig, *, progress: bool = True, tolerance: float = 1.0)
 
 def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.0, sink_key: str = "awft") -> pd.DataFrame:
     """One row per sweep folder: model, task, n, baseline % [95 % CI], the sink score's and the
-    best other score's max % zeroed within ``tolerance`` points, and every score's AUC rank."""
+    best other score's max % zeroed within ``tolerance`` points, and every score's AUC rank.
+
+    ``<sink>_max_pct`` and ``best_other_max_pct`` read a curve that never reached its line in the
+    tested range as its lower bound (the largest realized %), flagged in ``<sink>_censored`` and
+    ``best_other_censored``; the best other score is the largest value-or-bound (ties: the first
+    in the sweep's score order, as :func:`inactive_heads.analysis.table2`). The paper's rule (0
+    for such a curve; Table 2 as published) follows in ``<sink>_max_pct_paper_rule``,
+    ``best_other_paper_rule`` and ``best_other_max_pct_paper_rule``."""
     results = [SweepResults.load(f) for f in folders]
     names = [_cell_name(r) for r in results]
     if len(set(names)) != len(names):
@@ -135,7 +144,8 @@ def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.
     for name, c in curves.items():
         if sink_key not in c:
             raise UserError(f"the sweep of {name} has no '{sink_key}' runs; the table compares against it")
-    main = table2(curves, baselines, tolerance=tolerance, sink_key=sink_key)
+    main = table2(curves, baselines, tolerance=tolerance, sink_key=sink_key, if_never_crosses="max_x")
+    paper = table2(curves, baselines, tolerance=tolerance, sink_key=sink_key).set_index("model")
     ranks = rank_table(auc_table(curves)).drop(index="mean_rank", errors="ignore")
     rows = []
     for name, r in zip(names, results):
@@ -145,8 +155,12 @@ def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.
         rows.append({
             "model": r.config.model, "task": r.config.task, "n": base["n"],
             "baseline_pct": round(ci.estimate, 2), "baseline_low": round(ci.low, 2), "baseline_high": round(ci.high, 2),
-            f"{sink_key}_max_pct": row[f"{sink_key}_max_pct"],
+            f"{sink_key}_max_pct": row[f"{sink_key}_max_pct"], f"{sink_key}_censored": bool(row[f"{sink_key}_censored"]),
             "best_other": row["best_other_key"], "best_other_max_pct": row["best_other_max_pct"],
+            "best_other_censored": bool(row["best_other_censored"]),
+            f"{sink_key}_max_pct_paper_rule": paper.loc[name, f"{sink_key}_max_pct"],
+            "best_other_paper_rule": paper.loc[name, "best_other_key"],
+            "best_other_max_pct_paper_rule": paper.loc[name, "best_other_max_pct"],
             **{f"rank_{k}": ranks.loc[name, k] for k in ranks.columns},
         })
     return pd.DataFrame(rows)
@@ -160,7 +174,11 @@ def write_compare(table: pd.DataFrame, out: str | os.PathLike, *, tolerance: flo
     """``compare.md``, ``compare.csv`` and a self-contained ``compare.html`` in ``out``."""
     out = Path(out)
     caption = (f"Max % of heads zeroed with accuracy within {tolerance:g} point(s) of the baseline; ranks by "
-               "normalized AUC (1 = best). Baseline: accuracy % [95 % bootstrap interval over questions].")
+               "normalized AUC (1 = best). Baseline: accuracy % [95 % bootstrap interval over questions]. "
+               f"≥ X: the curve never reached its line up to X, the largest % zeroed tested, so X is a lower "
+               f"bound ({NOT_REACHED}); the best other score is the largest value or bound. *_paper_rule: the "
+               "paper's rule, which counts such a curve 0 (Table 2 as published).")
+    shown = _shown(table)
     paths = [
         write_text_atomic(out / "compare.md", f"{caption}\n\n{_markdown(table)}\n"),
         write_text_atomic(out / "compare.csv", table.to_csv(index=False)),
@@ -169,23 +187,40 @@ def write_compare(table: pd.DataFrame, out: str | os.PathLike, *, tolerance: flo
             "compared</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style>\n</head>\n<body>\n"
             f"<h1>Models compared</h1>\n<p>{html.escape(caption)}</p>\n"
-            f"{table.to_html(index=False, na_rep='-', float_format=lambda v: f'{v:.2f}')}\n</body>\n</html>\n")),
+            f"{shown.to_html(index=False, na_rep='-')}\n</body>\n</html>\n")),
     ]
     return paths
 
 
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as compare.md and compare.html show it: numbers as text, a censored max-% as
+    "≥ bound" in place of its ``_censored`` column (compare.csv keeps both)."""
+    flags = [c for c in table.columns if c.endswith("_censored")]
+    shown = pd.DataFrame(index=table.index)
+    for col in table.columns:
+        if col in flags:
+            continue
+        flag = f"{col.removesuffix('_max_pct')}_censored" if col.endswith("_max_pct") else None
+        shown[col] = [
+            _cell(col, v, bool(table.at[i, flag]) if flag in flags else False) for i, v in table[col].items()
+        ]
+    return shown
+
+
+def _cell(col: str, v: Any, censored: bool) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "-"
+        text = f"{v:g}" if col.startswith("rank_") else f"{v:.2f}"
+        return f"≥ {text}" if censored else text
+    return str(v)
+
+
 def _markdown(table: pd.DataFrame) -> str:
-    cols = list(table.columns)
-
-    def cell(col, v):
-        if isinstance(v, float):
-            if v != v:
-                return "-"
-            return f"{v:g}" if col.startswith("rank_") else f"{v:.2f}"
-        return str(v)
-
+    shown = _shown(table)
+    cols = list(shown.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(cols, row)) + " |" for row in table.itertuples(index=False)]
+    lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False)]
     return "\n".join(lines)
 
 
