@@ -9,7 +9,10 @@ For each score (AHON (LN), AWFT) and nominal fraction p, on the same held-out qu
 Scores and thresholds come from PIQA questions ``--calibration`` (default 1000-1199); accuracy from
 questions 0..``--n``-1, so nothing is chosen and scored on the same questions. The curve statistic
 and its paired bootstrap interval are :func:`inactive_heads.analysis.curve_intervals` (the sweep
-report's). Prints the table, then one JSON line.
+report's). Prints the table, then one JSON line; there each curve's max % within 1 point is
+``{"value", "low", "high", "censored", ...}`` (:func:`inactive_heads.analysis.summary_records`):
+``"censored": true`` when the curve never reached its line at the fractions tried, ``value`` then
+being its lower bound (the largest realized %).
 
     python benchmarks/static_vs_dynamic.py --model smollm2-135m --n 200
 """
@@ -81,8 +84,9 @@ def main():
         "baseline_accuracy": round(baseline.accuracy_percent, 2),
         "realized_pct": realized,
         "accuracy_pct": {k: [round(sum(v) / len(v), 2) for _, v in pts] for k, pts in curves.items()},
-        "max_pct_within_1pt": {r.score: [round(r.max_pct_within, 2), round(r.max_pct_within_low, 2),
-                                         round(r.max_pct_within_high, 2)] for r in table.itertuples()},
+        "max_pct_within_1pt": {r["score"]: {k: round(v, 2) if isinstance(v, float) else v
+                                            for k, v in r["max_pct_within"].items()}
+                               for r in analysis.summary_records(table)},
         "seconds": round(time.perf_counter() - start, 1),
     }))
 

@@ -45,6 +45,7 @@ from .tables import (  # noqa: F401
     COLUMNS,
     AGREEMENT_TOLERANCE,
     summary_table,
+    summary_records,
     runs_table,
     resolution_note,
     missing_runs,

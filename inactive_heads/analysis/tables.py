@@ -164,6 +164,54 @@ def summary_table(
     return frame[COLUMNS]
 
 
+MAX_PCT_STATS = ("max_pct_within", "max_pct_agree")
+"""The two max-% statistics of the summary table, each with its censoring columns."""
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON has it: numpy scalars as Python ones, NaN as None."""
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if math.isnan(value) else float(value)
+    return value
+
+
+def summary_records(frame: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES) -> list[dict[str, Any]]:
+    """A :func:`summary_table` (or :func:`inactive_heads.analysis.curve_intervals`) frame as
+    JSON-ready records, one per score, what ``inactive-heads report --json`` prints.
+
+    Each max-% statistic (``max_pct_within``, ``max_pct_agree``) becomes ``{"value", "low",
+    "high", "censored", "low_censored", "high_censored", "uncrossed", "resamples"}``: with
+    ``"censored": true`` the value is a lower bound (the curve never reached its line; the
+    largest realized %), an end flagged censored is a bound too, and ``uncrossed`` of the
+    ``resamples`` (``n_resamples``, those the frame was computed with) did not reach the line.
+    The normalized AUC becomes ``{"value", "low", "high"}``; other columns stay as they are.
+    NaN (a statistic that cannot be computed) is ``null``.
+    """
+    grouped = {stat: [stat, f"{stat}_low", f"{stat}_high", *(c.replace("max_pct_within", stat) for c in CENSORING_COLUMNS)]
+               for stat in MAX_PCT_STATS}
+    grouped["normalized_auc"] = ["normalized_auc", "auc_low", "auc_high"]
+    records = []
+    for _, row in frame.iterrows():
+        record: dict[str, Any] = {}
+        for col in frame.columns:
+            stat = next((s for s, cols in grouped.items() if col in cols), None)
+            if stat is None:
+                record[col] = _plain(row[col])
+            elif col == stat:
+                cols = [c for c in grouped[stat] if c in frame.columns]
+                names = [c.replace(stat, "value", 1) if c == stat else c.removeprefix(f"{stat}_") for c in cols]
+                names = [{"auc_low": "low", "auc_high": "high"}.get(n, n) for n in names]
+                record[stat] = {n: _plain(row[c]) for n, c in zip(names, cols)}
+                if stat != "normalized_auc":
+                    record[stat]["resamples"] = int(n_resamples)
+        records.append(record)
+    return records
+
+
 def _missing(column: str) -> float | bool:
     """A statistic's cell where it cannot be computed: NaN, and no censoring flag."""
     return False if column.endswith("censored") else math.nan

@@ -74,8 +74,6 @@ def _ci(value: Real, low: Real, high: Real, digits: int = 1) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-MAX_PCT_STATS = ("max_pct_within", "max_pct_agree")
-"""The summary table's two max-% statistics, each with its censoring columns (``<stat>_censored`` ...)."""
 
 
 def _bound(value: Real, censored: object, digits: int) -> str:

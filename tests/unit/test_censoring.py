@@ -204,3 +204,15 @@ def test_a_crossing_sweep_shows_no_bound_in_its_estimates(tmp_path):
     ahon = frame.set_index("score").loc["ahon_ln"]
     assert ahon["max_pct_within_uncrossed"] > 50
     assert next(cells for cells in rows if cells[1] == "AHON (LN)")[2].endswith(", ≥ 30.0]")
+
+
+def test_report_json_carries_the_flag_and_the_bound(never_crossing, capsys):
+    assert main(["report", str(never_crossing), "--json"]) == 0
+    records = {r["score"]: r for r in json.loads(capsys.readouterr().out)}
+    ahon, awft = records["ahon_ln"]["max_pct_within"], records["awft"]["max_pct_within"]
+    assert (ahon["value"], ahon["censored"], ahon["high"], ahon["high_censored"]) == (10.0, True, 10.0, True)
+    assert 0 < ahon["uncrossed"] <= ahon["resamples"] == 2000
+    assert (awft["value"], awft["censored"]) == (10.0, False)
+    assert records["ahon_ln"]["max_pct_agree"]["censored"] is True
+    assert records["random"]["max_pct_within"]["value"] == pytest.approx(1.0)
+    assert not (never_crossing / "report.html").exists()  # --json writes no HTML
