@@ -577,6 +577,10 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
             if has_baseline
             else "the best score by normalized AUC (no baseline run yet)"
         )
+        top = frame.loc[frame["score"] == best].iloc[0]
+        if has_baseline and top["max_pct_within_censored"]:
+            why += (f" as far as the tested range shows: its ≥ {top['max_pct_within']:.2f}% is a lower bound "
+                    "(a bound ranks by its value; ties: better AUC)")
         body.append(
             f'<p class="caption">{_e(score_label(best))} is {why}. Per layer, the % of (sequence, head) '
             "pairs it zeroed in each ablated run.</p>"
