@@ -6,6 +6,8 @@ accuracy in % (y), one point per threshold τ_p. From these:
 
 * :func:`max_fraction_within`: the paper's Table 2 statistic, the largest % of heads that can be
   zeroed while accuracy stays within ``tolerance`` points of the baseline (docs/concepts.md, "Summarizing a curve");
+  :func:`max_fraction_within_censored` says when a curve never reached its line, so that the
+  value is a lower bound (what the toolkit's tables show; the paper's rule counts it 0);
 * :func:`normalized_auc` / :func:`rank_by_auc`: the Fig. 3 ranking (docs/concepts.md, "Summarizing a curve");
 * :func:`table2`, :func:`max_fraction_table`, :func:`auc_table`, :func:`rank_table`,
   :func:`spearman_between_models`, :func:`topk_iou`: the same over several models;
