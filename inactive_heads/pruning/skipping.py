@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from weakref import WeakKeyDictionary
 
 import torch
 import torch.nn.functional as F
@@ -245,8 +246,6 @@ class SkipState:
     rule: str = "auto"
     choices: list[LayerChoice] = field(default_factory=list)
     resid: dict[int, Tensor] = field(default_factory=dict)
-    _packed: dict[tuple, _Packed] = field(default_factory=dict)
-    _weights: dict[int, dict] = field(default_factory=dict)
 
     def held_at(self, layer: int, batch: int, device) -> Tensor:
         if self.decider is not None:
@@ -267,17 +266,26 @@ class SkipState:
         return self.held[:, layer].to(device)
 
     def packed(self, layer: int, kept: list[int]) -> _Packed:
+        """The layer's weights gathered for ``kept`` (kept per model across blocks, re-gathered
+        when a source weight changed)."""
+        store = _PACKED.setdefault(self.model, {})
         key = (layer, tuple(kept))
-        hit = self._packed.get(key)
-        if hit is None:
-            weights = self._weights.get(layer)
-            if weights is None:
-                weights = self._weights[layer] = _layer_weights(self.model, layer)
-            hit = self._packed[key] = _pack(weights, kept, self.shape.group_size)
-        return hit
+        weights = _layer_weights(self.model, layer)
+        stamp = tuple((t.data_ptr(), t._version) for t in weights.values() if t is not None)
+        hit = store.get(key)
+        if hit is None or hit[1] != stamp:
+            if len(store) >= _PACKED_PER_MODEL:
+                store.pop(next(iter(store)))
+            hit = store[key] = (_pack(weights, kept, self.shape.group_size), stamp)
+        return hit[0]
 
     def is_packed(self, layer: int, kept: tuple[int, ...]) -> bool:
-        return (layer, kept) in self._packed
+        return (layer, kept) in _PACKED.get(self.model, {})
+
+
+# model -> {(layer, kept heads): (gathered weights, the source weights' pointers and versions)}
+_PACKED: "WeakKeyDictionary[object, dict]" = WeakKeyDictionary()
+_PACKED_PER_MODEL = 512  # gathered sets kept per model (the oldest dropped first)
 
 
 @contextmanager

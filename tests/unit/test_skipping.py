@@ -198,3 +198,19 @@ def test_errors(backend):
     with pytest.raises(UserError, match="held heads must be"):
         skip_logits(model, torch.tensor([[3, 4]]), held=torch.zeros(2, 6, dtype=torch.bool))
     assert model_shape(model).n_heads == 6
+
+
+def test_gathered_weights_follow_an_edit(backend):
+    """Weights gathered per kept set are kept across calls; an in-place edit of the model's weights
+    must reach the next call (a stale copy would not)."""
+    from tests.tiny import value_weights
+
+    model = tiny_gqa_model(seed=11) if backend == "hooked" else tiny_gqa_bridge(11)
+    tokens, mask, held = _batch()
+    skip_logits(model, tokens, mask, held=held, rule="skip")
+    w_v, _ = value_weights(model, 1)
+    with torch.no_grad():
+        w_v.mul_(-2.0)
+    got = skip_logits(model, tokens, mask, held=held, rule="skip")
+    want = simulated(model, tokens, mask, held)
+    assert float((got - want)[mask.bool()].abs().max()) <= 1e-4
