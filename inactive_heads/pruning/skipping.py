@@ -118,8 +118,8 @@ class _Packed:
 
     kept_q: Tensor  # [kept] query-head indices
     kept_kv: Tensor  # [kept_kv] KV-head indices some kept query head reads
-    kv_of_q: Tensor  # [kept] index into kept_kv of each kept query head's KV head
     uniform: bool  # every kept KV head serves the same number of kept query heads, in order
+    counts: tuple[int, ...]  # kept query heads per kept KV head
     d_head: int
     w_q: Tensor
     b_q: Tensor | None
@@ -161,7 +161,6 @@ def _layer_weights(model, layer: int) -> dict[str, Tensor | None]:
 
 def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _Packed:
     kept_kv = sorted({h // group for h in kept_q})
-    position = {kv: i for i, kv in enumerate(kept_kv)}
     counts = [sum(1 for h in kept_q if h // group == kv) for kv in kept_kv]
     q_idx = torch.tensor(kept_q, dtype=torch.long)
     kv_idx = torch.tensor(kept_kv, dtype=torch.long)
@@ -176,8 +175,7 @@ def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _
     o = weights["o"].index_select(1, q_idx.to(weights["o"].device))
     return _Packed(
         kept_q=q_idx, kept_kv=kv_idx,
-        kv_of_q=torch.tensor([position[h // group] for h in kept_q], dtype=torch.long),
-        uniform=len(set(counts)) <= 1, d_head=weights["q"].shape[1],
+        uniform=len(set(counts)) <= 1, counts=tuple(counts), d_head=weights["q"].shape[1],
         w_q=rows(weights["q"], q_idx), b_q=bias(weights["b_q"], q_idx),
         w_k=rows(weights["k"], kv_idx), b_k=bias(weights["b_k"], kv_idx),
         w_v=rows(weights["v"], kv_idx), b_v=bias(weights["b_v"], kv_idx),
@@ -246,6 +244,17 @@ class SkipState:
     rule: str = "auto"
     choices: list[LayerChoice] = field(default_factory=list)
     resid: dict[int, Tensor] = field(default_factory=dict)
+    _masks: list = field(default_factory=list, repr=False, init=False)
+
+    def allowed(self, mask, rows, n: int, n_keys: int, build):
+        """``build()`` once per mask object, rows and sizes (every layer of a call gets the same mask)."""
+        key = (n, n_keys, None if rows is None else tuple(rows.tolist()))
+        for m, k, value in self._masks:
+            if m is mask and k == key:
+                return value
+        value = build()
+        self._masks = [(mask, key, value)] + self._masks[:7]
+        return value
 
     def held_at(self, layer: int, batch: int, device) -> Tensor:
         if self.decider is not None:
@@ -431,8 +440,8 @@ def _bridge_attention(self, state: SkipState, layer: int, *args, **kwargs):
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, hf.layer_idx)
-        row_mask = mask if rows is None or mask is None or mask.shape[0] != b else mask[rows]
-        allowed = _allowed_from_4d(row_mask, n, n_keys, x.device)
+        allowed = state.allowed(mask, rows, n, n_keys, lambda: _allowed_from_4d(
+            mask if rows is None or mask is None or mask.shape[0] != b else mask[rows], n, n_keys, x.device))
         z = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), packed, allowed,
                     getattr(hf, "scaling", hf.head_dim ** -0.5))
         return _out(z, packed, zero)
@@ -477,20 +486,26 @@ def _project(x: Float[Tensor, "batch pos d_model"], p: _Packed):
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, p: _Packed, allowed: Tensor | None, scale: float) -> Tensor:
-    """z ``[batch, pos, kept, d]`` of the kept query heads over their KV heads (``[batch, key, kv, d]``)."""
-    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    """z ``[batch, pos, kept, d]`` of the kept query heads over their KV heads (``[batch, key, kv, d]``).
+    Where the kept KV heads serve unequal numbers of kept query heads, one fused call per KV head
+    (its query heads are consecutive: kept heads are sorted) instead of copying K and V per head."""
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
     n_q, n_kv = qh.shape[1], kh.shape[1]
     if n_q == 0:
         return q
-    gqa = False
-    if n_kv != n_q:
-        if p.uniform:
-            gqa = True
-        else:  # uneven groups: each kept query head gets its own copy of its KV head
-            index = p.kv_of_q.to(kh.device)
-            kh, vh = kh.index_select(1, index), vh.index_select(1, index)
-    z = F.scaled_dot_product_attention(qh, kh.to(qh.dtype), vh.to(qh.dtype), attn_mask=allowed,
-                                       is_causal=allowed is None, scale=scale, enable_gqa=gqa)
+
+    def sdpa(qs, ks, vs):
+        return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, is_causal=allowed is None,
+                                              scale=scale, enable_gqa=ks.shape[1] != qs.shape[1])
+
+    if n_kv == n_q or p.uniform:
+        z = sdpa(qh, kh, vh)
+    else:
+        parts, start = [], 0
+        for j, count in enumerate(p.counts):
+            parts.append(sdpa(qh[:, start:start + count], kh[:, j:j + 1], vh[:, j:j + 1]))
+            start += count
+        z = torch.cat(parts, dim=1)
     return z.transpose(1, 2)
 
 
@@ -508,8 +523,8 @@ def _out(z: Tensor, p: _Packed, zero: Tensor | None) -> Float[Tensor, "batch pos
 def _allowed(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor | None:
     """Which keys each query sees, ``[batch, 1, n, keys]`` (None: plain causal, no cache): causal
     from the cache's end, not padding; a query seeing nothing sees itself (no NaN)."""
-    if mask is None and n_keys == n:
-        return None
+    if n_keys == n and (mask is None or bool(mask.bool().all())):
+        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
     offset = n_keys - n
     causal = torch.ones(n, n_keys, dtype=torch.bool, device=device).tril(offset)
     allowed = causal[None, None] if mask is None else causal[None, None] & mask.bool()[:, None, None, :]
@@ -521,6 +536,8 @@ def _allowed_from_4d(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor
     if mask is None:
         return _allowed(None, n, n_keys, device)
     allowed = (mask if mask.dtype == torch.bool else mask == 0).to(device)[..., -n_keys:]
+    if n_keys == n and bool((allowed == torch.ones(n, n, dtype=torch.bool, device=device).tril()).all()):
+        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
     return _self_if_empty(allowed, n_keys - n)
 
 

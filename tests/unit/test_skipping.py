@@ -19,9 +19,25 @@ _MODELS: dict = {}
 
 
 def _model(backend: str, kv: int):
+    """A tiny model with its attention weights scaled up (Hugging Face's initialization makes
+    near-uniform patterns and attention outputs small beside ``b_O``: a wrong head would hardly show)."""
     key = (backend, kv)
     if key not in _MODELS:
-        _MODELS[key] = tiny_gqa_model(seed=5, n_kv_heads=kv) if backend == "hooked" else tiny_gqa_bridge(5, 3, kv)
+        model = tiny_gqa_model(seed=5, n_kv_heads=kv) if backend == "hooked" else tiny_gqa_bridge(5, 3, kv)
+        with torch.no_grad():
+            for block in model.blocks:
+                if backend == "hooked":
+                    attn = block.attn
+                    grouped = getattr(attn, "_W_K", None) is not None
+                    weights = [(attn.W_Q, 3.0), (attn._W_K if grouped else attn.W_K, 3.0),
+                               (attn._W_V if grouped else attn.W_V, 2.0), (attn.W_O, 2.0)]
+                else:
+                    hf = block.attn.original_component
+                    weights = [(hf.q_proj.weight, 8.0), (hf.k_proj.weight, 8.0), (hf.v_proj.weight, 6.0),
+                               (hf.o_proj.weight, 6.0)]
+                for w, factor in weights:
+                    w.mul_(factor)
+        _MODELS[key] = model
     return _MODELS[key]
 
 
@@ -36,6 +52,24 @@ def simulated(model, tokens, mask, held):
     zeroing.masks = held
     with installed(model, zeroing.hooks()), torch.no_grad():
         return model(tokens, attention_mask=mask)
+
+
+def attention_outputs(model, run):
+    """Each layer's attention-block output (``[batch, pos, d_model]``) while ``run()`` runs."""
+    outs: dict[int, torch.Tensor] = {}
+
+    def keep(layer):
+        def hook(module, args, output):
+            outs[layer] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+        return hook
+
+    handles = [block.attn.register_forward_hook(keep(l)) for l, block in enumerate(model.blocks)]
+    try:
+        result = run()
+    finally:
+        for h in handles:
+            h.remove()
+    return result, outs
 
 
 def _batch():
@@ -57,8 +91,11 @@ def test_prefill_equals_simulation(backend, kv, rule):
     model = _model(backend, kv)
     tokens, mask, held = _batch()
     real = mask.bool()
-    got = skip_logits(model, tokens, mask, held=held, rule=rule)
-    want = simulated(model, tokens, mask, held)
+    got, got_layers = attention_outputs(model, lambda: skip_logits(model, tokens, mask, held=held, rule=rule))
+    want, want_layers = attention_outputs(model, lambda: simulated(model, tokens, mask, held))
+    for layer in range(3):  # each layer's attention output, not only the logits (small in a tiny model)
+        a, b = got_layers[layer][real], want_layers[layer][real]
+        assert float((a - b).abs().max()) <= 1e-5 * float(b.abs().max()), layer
     dense = simulated(model, tokens, mask, torch.zeros_like(held))
     scale = float(want[real].abs().max())
     assert float((dense - want)[real].abs().max()) > 1e-2 * scale  # the held heads matter
