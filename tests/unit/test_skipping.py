@@ -251,3 +251,20 @@ def test_gathered_weights_follow_an_edit(backend):
     got = skip_logits(model, tokens, mask, held=held, rule="skip")
     want = simulated(model, tokens, mask, held)
     assert float((got - want)[mask.bool()].abs().max()) <= 1e-4
+
+
+def test_hold_groups_frees_whole_groups(backend):
+    """hold_groups=1/3 holds a group of 3 query heads whole when one of its heads is held: the
+    freed KV share rises to the groups touched, and skip still equals the simulation of that rule."""
+    model = _model(backend, 2)
+    prompts = random_sequences(3, seed=4, min_len=5, max_len=9)
+    heads = [(0, 0), (1, 4), (2, 1), (2, 2)]  # touches 1 of 2 groups at each layer
+    kw = dict(ablation=StaticAblation(heads), decision="prompt", max_new_tokens=4, eos_token_id=-1, progress=False)
+    plain = generate(model, prompts, skip=True, **kw)
+    grouped = generate(model, prompts, skip=True, hold_groups=1 / 3, **kw)
+    assert plain.skipping["kv_groups_held_fraction"] == 0.0
+    assert grouped.skipping["kv_groups_held_fraction"] == pytest.approx(3 / 6)
+    assert grouped.skipping["query_heads_held_fraction"] == pytest.approx(9 / 18)
+    assert grouped.tokens == generate(model, prompts, hold_groups=1 / 3, **kw).tokens
+    with pytest.raises(UserError, match="hold_groups applies to decision='prompt'"):
+        generate(model, prompts, ablation=StaticAblation(heads), max_new_tokens=2, hold_groups=0.5, progress=False)
