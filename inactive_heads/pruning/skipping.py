@@ -280,7 +280,7 @@ class SkipState:
         store = _PACKED.setdefault(self.model, {})
         key = (layer, tuple(kept))
         weights = _layer_weights(self.model, layer)
-        stamp = tuple((t.data_ptr(), t._version) for t in weights.values() if t is not None)
+        stamp = tuple((t.data_ptr(), _version(t)) for t in weights.values() if t is not None)
         hit = store.get(key)
         if hit is None or hit[1] != stamp:
             if len(store) >= _PACKED_PER_MODEL:
@@ -292,9 +292,18 @@ class SkipState:
         return (layer, kept) in _PACKED.get(self.model, {})
 
 
+def _version(t: Tensor) -> int:
+    """A tensor's in-place edit counter (an inference tensor has none: -1)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
 # model -> {(layer, kept heads): (gathered weights, the source weights' pointers and versions)}
 _PACKED: "WeakKeyDictionary[object, dict]" = WeakKeyDictionary()
 _PACKED_PER_MODEL = 512  # gathered sets kept per model (the oldest dropped first)
+_CHOICES_KEPT = 1024  # the last layer choices a SkipState keeps
 
 
 @contextmanager
@@ -461,6 +470,7 @@ def _by_groups(state: SkipState, layer: int, held: Tensor, n: int, n_keys: int, 
     unpacked = sum(not state.is_packed(layer, k) for k in kept_sets)
     mode = "skip" if cached else choose(state.shape, held.cpu(), n, n_keys, unpacked, state.rule)
     state.choices.append(LayerChoice(layer, mode, int(sets.shape[0]), float(held.float().mean())))
+    del state.choices[:-_CHOICES_KEPT]
     if mode == "dense":
         zero = held if bool(held.any()) else None
         return run(None, state.packed(layer, all_heads), zero)

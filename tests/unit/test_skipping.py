@@ -268,3 +268,18 @@ def test_hold_groups_frees_whole_groups(backend):
     assert grouped.tokens == generate(model, prompts, hold_groups=1 / 3, **kw).tokens
     with pytest.raises(UserError, match="hold_groups applies to decision='prompt'"):
         generate(model, prompts, ablation=StaticAblation(heads), max_new_tokens=2, hold_groups=0.5, progress=False)
+
+
+def test_layer_choices_follow_the_cost_rule(backend):
+    """Nothing held at layer 0 (dense: nothing to save), a whole group at layer 1 (skipped)."""
+    from inactive_heads.pruning.skipping import skipping
+
+    model = _model(backend, 2)
+    tokens = torch.randint(3, 97, (1, 12), generator=torch.Generator().manual_seed(2))
+    held = torch.zeros(1, 3, 6, dtype=torch.bool)
+    held[0, 1, 3:] = True
+    held[0, 2, 0] = True
+    with skipping(model, held) as state:
+        model(tokens, **({"use_cache": False} if backend == "bridge" else {}))
+    assert [c.mode for c in state.choices] == ["dense", "skip", "skip"]
+    assert [c.groups for c in state.choices] == [1, 1, 1]
