@@ -6,21 +6,22 @@ from typing import Any
 import torch
 
 
-def tiny_gqa_model(seed: int = 0, n_layers: int = 3):
+def tiny_gqa_model(seed: int = 0, n_layers: int = 3, n_kv_heads: int = 2):
     """A tiny GQA model (6 query heads, 2 KV heads of 8 dims, rotary, gated MLP, RMS norm, a random
     ``b_O``): a ``HookedTransformer`` on TransformerLens 3.9, a ``TransformerBridge`` over the same
-    shapes of Hugging Face Llama on 4 (d_model 48 there: Llama needs heads × d_head = d_model)."""
+    shapes of Hugging Face Llama on 4 (d_model 48 there: Llama needs heads × d_head = d_model).
+    ``n_kv_heads=6``: one KV head per query head (TransformerLens's plain ``Attention``)."""
     from inactive_heads.models.tl_line import has_hooked_transformer
 
     if not has_hooked_transformer():
-        return tiny_gqa_bridge(seed, n_layers)
+        return tiny_gqa_bridge(seed, n_layers, n_kv_heads)
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(
         n_layers=n_layers,
         d_model=32,
         n_heads=6,
-        n_key_value_heads=2,
+        n_key_value_heads=None if n_kv_heads == 6 else n_kv_heads,
         d_head=8,
         d_mlp=64,
         n_ctx=64,
@@ -57,7 +58,7 @@ def _word_tokenizer(directory, vocab_size: int):
     return AutoTokenizer.from_pretrained(directory)
 
 
-def tiny_gqa_bridge(seed: int = 0, n_layers: int = 3):
+def tiny_gqa_bridge(seed: int = 0, n_layers: int = 3, n_kv_heads: int = 2):
     """The tiny GQA model as a ``TransformerBridge`` over a saved Hugging Face Llama (both lines)."""
     import tempfile
 
@@ -68,7 +69,7 @@ def tiny_gqa_bridge(seed: int = 0, n_layers: int = 3):
     directory = tempfile.mkdtemp(prefix="ih-tiny-gqa-")
     _word_tokenizer(directory, TINY_GQA_VOCAB)
     config = LlamaConfig(
-        hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+        hidden_size=48, num_attention_heads=6, num_key_value_heads=n_kv_heads, head_dim=8, intermediate_size=64,
         num_hidden_layers=n_layers, vocab_size=TINY_GQA_VOCAB, max_position_embeddings=64,
         attention_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )

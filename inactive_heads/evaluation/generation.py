@@ -80,6 +80,8 @@ class GenerationOutput:
     seconds: float = 0.0
     # What prefix reuse did (per_step with reuse_prefix=True; ReuseStats' counts).
     prefix_reuse: dict[str, Any] | None = None
+    # What real skipping did (skip=True): KV bytes measured and predicted, groups held.
+    skipping: dict[str, Any] | None = None
 
 
 class _HeldHeads:
@@ -156,6 +158,8 @@ def generate(
     batch_size: int = 8,
     progress: bool = True,
     prompt_ids: Sequence[int] | None = None,
+    skip: bool = False,
+    hold_groups: float | None = None,
 ) -> GenerationOutput:
     """Greedy generation from token-id prompts with heads zeroed by ``ablation``.
 
@@ -179,6 +183,14 @@ def generate(
 
     ``prompt_ids``: each prompt's index in the whole task (default: its position in ``prompts``).
     Random draws are seeded by it, so a part of the prompts (a Ray shard) draws as the whole would.
+
+    ``skip=True`` (``decision="prompt"`` with the cache): the held heads are really not computed
+    (:mod:`inactive_heads.pruning.skipping`): prompts that hold the same heads are batched
+    together, each batch's cache keeps only the KV heads some kept query head reads, and the
+    tokens equal the simulated run's. ``out.skipping`` reports the resident KV bytes measured
+    from the cache tensors beside the accountant's prediction. ``hold_groups`` (``"prompt"``
+    only; a share in (0, 1]): under grouped-query attention a KV group is held whole when at
+    least that share of its query heads is held (docs/skipping.md, "The group-level rule").
     """
     if decision not in DECISIONS:
         raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
@@ -187,6 +199,15 @@ def generate(
     if reuse_prefix and decision != "per_step":
         raise UserError("reuse_prefix applies to decision='per_step' (decision='prompt' computes each prompt "
                         "once already); drop reuse_prefix or use decision='per_step'")
+    if skip and (decision != "prompt" or not use_cache):
+        raise UserError("skip=True needs decision='prompt' and use_cache=True (the held heads are decided once, "
+                        "then not computed); drop skip or use decision='prompt'")
+    if hold_groups is not None and decision != "prompt":
+        raise UserError("hold_groups applies to decision='prompt'; drop hold_groups or use decision='prompt'")
+    if skip:
+        from ..pruning.skipping import check_supported
+
+        check_supported(model)
     prompts = _check_prompts(model, prompts, max_new_tokens)
     ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
     if len(ids) != len(prompts) or len(set(ids)) != len(ids) or min(ids) < 0:
@@ -203,7 +224,7 @@ def generate(
     if decision == "per_step":
         out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix, ids)
     else:
-        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache, ids)
+        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache, ids, skip, hold_groups)
     bar.close()
     out.seconds = round(time.perf_counter() - start, 3)
     return out
@@ -316,19 +337,32 @@ def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAbl
     return masks[ids]
 
 
-def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: list[int]) -> GenerationOutput:
+def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: list[int], skip: bool = False,
+          hold_groups: float | None = None) -> GenerationOutput:
     info = model_info(model)
     masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
              else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
-    held = _HeldHeads(model)
+    if hold_groups is not None:
+        from ..pruning.skipping import group_level
+
+        masks = group_level(masks, info.n_kv_heads, hold_groups)
     cached = use_cache and (is_hooked_transformer(model) or hf_head_logits_supported(model))
-    with installed(model, held.hooks()), torch.inference_mode():
-        if cached:
-            generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
-        else:
-            generated = [[] for _ in prompts]
-            _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
-                             lambda members, valid: setattr(held, "masks", masks[members]))
+    skipped = None
+    if skip and not cached:
+        raise UserError("skip=True needs a model with a cached decode (a HookedTransformer, or a bridge whose "
+                        "head is one linear map)")
+    if skip:
+        with torch.inference_mode():
+            generated, skipped = _decode_skipped(model, prompts, masks, stopper, batch_size, bar)
+    else:
+        held = _HeldHeads(model)
+        with installed(model, held.hooks()), torch.inference_mode():
+            if cached:
+                generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
+            else:
+                generated = [[] for _ in prompts]
+                _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
+                                 lambda members, valid: setattr(held, "masks", masks[members]))
     tokens = [len(g) for g in generated]
     out = GenerationOutput(generated, "prompt", cached, n_forward_passes=sum(tokens))
     if abl is not None:
@@ -339,6 +373,7 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
         out.realized_fraction_per_layer = ((weights[:, None] * flagged).sum(dim=0) / total).tolist()
         out.realized_fraction_prompts = abl.stats.realized_fraction
     out.savings = held_savings(model, prompts, masks, tokens)
+    out.skipping = skipped
     return out
 
 
@@ -391,6 +426,80 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
                     held.masks = masks[rows]
                 nxt = batch.step(nxt).argmax(dim=-1)
     return generated
+
+
+def _decode_skipped(model, prompts, masks, stopper, batch_size, bar) -> tuple[list[list[int]], dict[str, Any]]:
+    """Held heads really skipped (:func:`~inactive_heads.pruning.skipping.skipping`): prompts that
+    hold the same heads batched together (left-padded, prefilled once, one token per step, a
+    finished row leaving its batch), each batch's cache holding only its kept KV heads. The
+    resident KV bytes of every batch's cache tensors are measured after the prefill and at the
+    end, beside the accountant's prediction for the same heads, rows and cached tokens."""
+    from ..pruning.accountant import model_shape, removal_counts, savings
+    from ..pruning.skipping import cache_nbytes, skipping
+
+    shape = model_shape(model)
+    dtype = next(model.parameters()).dtype
+    cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
+    device = model_device(model)
+    generated: list[list[int]] = [[] for _ in prompts]
+    groups: dict[bytes, list[int]] = {}
+    for i in range(len(prompts)):
+        groups.setdefault(masks[i].numpy().tobytes(), []).append(i)
+    figures = {"measured_prefill": 0, "predicted_prefill": 0, "measured_end": 0, "predicted_end": 0}
+    batches = 0
+
+    def predicted(mask: Tensor, tokens: int, rows: int) -> int:
+        heads = [tuple(p) for p in torch.nonzero(mask).tolist()]
+        s = savings(shape, heads, seq_len=max(tokens, 1), dtype=dtype, kv_lengths=(tokens,))
+        return rows * (s.kv_cache_bytes[tokens] - s.kv_cache_bytes_removed[tokens])
+
+    for members in groups.values():
+        mask = masks[members[0]]
+        order = sorted(members, key=lambda i: (-len(prompts[i]), i))
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            batches += 1
+            with skipping(model, mask[None].expand(len(rows), -1, -1), rule="skip") as state:
+                tokens, pad = (t.to(device) for t in _left_padded(prompts, rows))
+                batch = cached(model, tokens, pad)
+                figures["measured_prefill"] += cache_nbytes(batch.cache)
+                figures["predicted_prefill"] += predicted(mask, tokens.shape[1], len(rows))
+                length = tokens.shape[1]
+                nxt = batch.logits.argmax(dim=-1)
+                while True:
+                    keep = []
+                    for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
+                        generated[i].append(int(t))
+                        if stopper.done(generated[i]):
+                            bar.update(1)
+                        else:
+                            keep.append(r)
+                    if not keep:
+                        figures["measured_end"] += cache_nbytes(batch.cache)
+                        figures["predicted_end"] += predicted(mask, length, len(rows))
+                        break
+                    if len(keep) < len(rows):
+                        index = torch.tensor(keep, device=device)
+                        batch.keep(index)
+                        rows, nxt = [rows[r] for r in keep], nxt[index]
+                        state.held = mask[None].expand(len(rows), -1, -1)
+                    nxt = batch.step(nxt).argmax(dim=-1)
+                    length += 1
+    counts = removal_counts(shape, masks)
+    n = max(len(prompts), 1)
+    info = {
+        "kind": "measured",
+        "batches": batches,
+        "kv_bytes_measured_prefill": figures["measured_prefill"],
+        "kv_bytes_predicted_prefill": figures["predicted_prefill"],
+        "kv_bytes_measured_end": figures["measured_end"],
+        "kv_bytes_predicted_end": figures["predicted_end"],
+        "kv_bytes_measured_vs_predicted": (figures["measured_end"] / figures["predicted_end"]
+                                           if figures["predicted_end"] else None),
+        "query_heads_held_fraction": float(counts["query_heads"].sum()) / (n * shape.n_layers * shape.n_heads),
+        "kv_groups_held_fraction": float(counts["kv_heads"].sum()) / (n * shape.n_layers * shape.n_kv_heads),
+    }
+    return generated, info
 
 
 def _left_padded(prompts, rows: list[int]) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,642 @@
+"""Held heads really skipped: attention that leaves out the query heads a sequence holds.
+
+The toolkit's ablations simulate inactive heads: every head is computed, then the held ones are
+zeroed at ``hook_z``. Inside :func:`skipping` each attention module of the model runs
+:func:`_skip_attention` instead, which per layer
+
+- groups the batch's rows by the set of heads they hold at that layer, and per group projects
+  queries with the **kept** heads' ``W_Q`` rows only, keys and values with the rows of the KV
+  heads that some kept query head reads (a KV head is left out only when its whole query group is
+  held: grouped-query attention shares it), attends, and applies only the kept heads' ``W_O``
+  columns (plus ``b_O``): held heads cost nothing;
+- or, where the accountant's FLOP model says that grouping costs more than it saves
+  (:func:`choose`), computes every head and zeroes the held ones' outputs before ``W_O`` (the
+  simulation's own arithmetic).
+
+Everything else — embedding, norms, rotary tables, MLPs, the unembedding, TransformerLens's or
+Hugging Face's KV-cache bookkeeping — is the model's own forward; rotary is applied with the
+model's own function (``apply_rotary`` of a ``HookedTransformer``, Hugging Face's
+``apply_rotary_pos_emb`` for a ``TransformerBridge``). So the logits equal the zeroing simulation
+up to float rounding (the held heads' zero terms are not added; ≤ 1e-4 in fp32, tested).
+Attention runs PyTorch's ``scaled_dot_product_attention`` with a boolean mask (causal, padding,
+any cached keys); a padding query row that would see no key at all sees itself, so no NaN is
+produced (its output is never read by a real token).
+
+With a KV cache (prompt-held generation) every row of the batch must hold the same heads (the
+generation groups its prompts so), the cache keeps only the kept KV heads' keys and values, and
+the layer always runs skipped.
+
+Hook points inside a skipped attention module do not fire (``hook_q``, ``hook_z``, ...): the held
+heads' activations do not exist. Supported: Llama, Qwen2 and Mistral decoders (rotary, full
+attention), on a ``HookedTransformer`` (TransformerLens 3.9) or a ``TransformerBridge`` (4).
+
+Which heads are held, per row and layer, comes either from a fixed ``[batch, layer, head]`` mask
+(a static set broadcast, or a decision made on each prompt) or from a *decider* object with
+``lookahead: int`` and ``held_heads(layer, resid, attention_mask) -> Bool[batch, head]``, called
+before layer ``layer``'s attention with the residual stream entering layer ``layer - lookahead``
+(layer 0's input when that is negative), unnormalized, and the ``[batch, pos]`` 1/0 mask.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+from weakref import WeakKeyDictionary
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from ..core.errors import UserError
+from ..models.architectures import model_types_with
+from ..models.tl_line import is_bridge, is_hooked_transformer
+from ..runtime.bridge_attention import _inputs as _bridge_inputs
+from ..runtime.bridge_attention import unsupported_reason as _bridge_attention_reason
+from ..runtime.fast_attention import fast_attention
+from ..runtime.fast_attention import unsupported_reason as _hooked_reason
+from ..runtime.gated_mlp import swapped_forwards
+from ..runtime.layer_stack import bridge_unsupported_reason as _bridge_stack_reason
+
+RULES = ("auto", "skip", "dense")
+"""How a layer runs: by the cost rule (:func:`choose`), always skipped, always dense with zeroing."""
+
+# The cost rule (docs/skipping.md): a layer runs skipped when the accountant's FLOPs of the
+# skipped groups, plus GROUP_OVERHEAD_FLOPS per group beyond the first and the copies of any
+# weights not yet gathered, are at most SKIP_MARGIN of the dense layer's FLOPs.
+SKIP_MARGIN = 0.97
+GROUP_OVERHEAD_FLOPS = 2.0e6  # about 100 µs of a CPU core: one more group's dozen kernel calls
+
+_SUPPORTED = "Llama, Qwen2 and Mistral decoders (rotary, full attention)"
+
+
+@runtime_checkable
+class Decider(Protocol):
+    """What :func:`skipping` asks for held heads when no fixed mask is given."""
+
+    lookahead: int
+
+    def held_heads(self, layer: int, resid: Float[Tensor, "batch pos d_model"],
+                   attention_mask: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch head"]: ...
+
+
+def unsupported_reason(model) -> str | None:
+    """Why :func:`skipping` cannot run on ``model`` (None: it can)."""
+    if is_hooked_transformer(model):
+        reason = _hooked_reason(model)
+        if reason is not None:
+            return reason
+        cfg = model.cfg
+        arch = getattr(cfg, "original_architecture", None)
+        if cfg.positional_embedding_type != "rotary":
+            return "its positions are not rotary"
+        if arch is not None and arch not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"):
+            return f"it is a {arch}"
+        if getattr(cfg, "window_size", None):
+            return "it uses sliding-window attention"
+        return None
+    if is_bridge(model):
+        return _bridge_stack_reason(model) or _bridge_attention_reason(model)
+    return f"it is a {type(model).__name__}, not a HookedTransformer or TransformerBridge"
+
+
+def check_supported(model) -> None:
+    """A one-line :class:`UserError` unless :func:`skipping` runs on ``model``."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        raise UserError(f"head skipping supports {_SUPPORTED} ({sorted(model_types_with('plain_decoder'))}); "
+                        f"this model is not one: {reason}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The heads of one layer, packed per kept set
+
+
+@dataclass
+class _Packed:
+    """One layer's weights for one kept set: ``F.linear`` layouts over the kept heads only."""
+
+    kept_q: Tensor  # [kept] query-head indices
+    kept_kv: Tensor  # [kept_kv] KV-head indices some kept query head reads
+    uniform: bool  # every kept KV head serves the same number of kept query heads, in order
+    counts: tuple[int, ...]  # kept query heads per kept KV head
+    d_head: int
+    w_q: Tensor
+    b_q: Tensor | None
+    w_k: Tensor
+    b_k: Tensor | None
+    w_v: Tensor
+    b_v: Tensor | None
+    w_o: Tensor
+    b_o: Tensor | None
+
+
+def _layer_weights(model, layer: int) -> dict[str, Tensor | None]:
+    """A layer's projections per head: ``q [head, d_head, d_model]``, ``k``/``v [kv_head, d_head,
+    d_model]``, biases ``[head or kv_head, d_head]`` (or None), ``o [d_model, head, d_head]``,
+    ``b_o [d_model]`` (or None)."""
+    if is_hooked_transformer(model):
+        attn = model.blocks[layer].attn
+        w_k = getattr(attn, "_W_K", None)
+        grouped = w_k is not None
+        w_k, b_k = (attn._W_K, attn._b_K) if grouped else (attn.W_K, attn.b_K)
+        w_v, b_v = (attn._W_V, attn._b_V) if grouped else (attn.W_V, attn.b_V)
+        return {"q": attn.W_Q.transpose(1, 2), "b_q": attn.b_Q, "k": w_k.transpose(1, 2), "b_k": b_k,
+                "v": w_v.transpose(1, 2), "b_v": b_v, "o": attn.W_O.permute(2, 0, 1), "b_o": attn.b_O}
+    hf = model.blocks[layer].attn.original_component
+    d = hf.head_dim
+
+    def per_head(linear):
+        w = linear.weight
+        b = linear.bias
+        return w.view(-1, d, w.shape[-1]), None if b is None else b.view(-1, d)
+
+    q, b_q = per_head(hf.q_proj)
+    k, b_k = per_head(hf.k_proj)
+    v, b_v = per_head(hf.v_proj)
+    o = hf.o_proj.weight
+    return {"q": q, "b_q": b_q, "k": k, "b_k": b_k, "v": v, "b_v": b_v, "o": o.view(o.shape[0], -1, d),
+            "b_o": hf.o_proj.bias}
+
+
+def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _Packed:
+    kept_kv = sorted({h // group for h in kept_q})
+    counts = [sum(1 for h in kept_q if h // group == kv) for kv in kept_kv]
+    q_idx = torch.tensor(kept_q, dtype=torch.long)
+    kv_idx = torch.tensor(kept_kv, dtype=torch.long)
+
+    def rows(w, idx):
+        w = w.index_select(0, idx.to(w.device))
+        return w.reshape(-1, w.shape[-1])
+
+    def bias(b, idx):
+        return None if b is None else b.index_select(0, idx.to(b.device)).reshape(-1)
+
+    o = weights["o"].index_select(1, q_idx.to(weights["o"].device))
+    return _Packed(
+        kept_q=q_idx, kept_kv=kv_idx,
+        uniform=len(set(counts)) <= 1, counts=tuple(counts), d_head=weights["q"].shape[1],
+        w_q=rows(weights["q"], q_idx), b_q=bias(weights["b_q"], q_idx),
+        w_k=rows(weights["k"], kv_idx), b_k=bias(weights["b_k"], kv_idx),
+        w_v=rows(weights["v"], kv_idx), b_v=bias(weights["b_v"], kv_idx),
+        w_o=o.reshape(o.shape[0], -1).contiguous(), b_o=weights["b_o"],
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The cost rule
+
+
+@dataclass
+class LayerChoice:
+    """How one layer ran in one call: ``"skip"`` (rows grouped by held set) or ``"dense"``."""
+
+    layer: int
+    mode: str
+    groups: int
+    held_fraction: float
+
+
+def choose(shape, held: Bool[Tensor, "batch head"], n_new: int, n_keys: int, unpacked: int,
+           rule: str = "auto") -> str:
+    """``"skip"`` or ``"dense"`` for one layer (module docstring; docs/skipping.md, "The cost rule").
+
+    ``shape``: the accountant's :class:`~inactive_heads.pruning.accountant.ModelShape`; ``held``
+    the batch's held heads at the layer; ``n_new`` the tokens per row computed now, ``n_keys`` the
+    keys the last of them attends to; ``unpacked`` how many of the batch's distinct held sets have
+    no gathered weights yet. Per token, a query head costs ``shape.q_head_flops(a)`` (``a`` the
+    mean keys attended) and a KV head ``shape.kv_head_flops()``. Dense: every row, every head.
+    Skipped: each group's rows with its kept heads, plus :data:`GROUP_OVERHEAD_FLOPS` for every
+    group beyond the first and, per unpacked set, the weight elements its gather copies (counted
+    one FLOP each). Skipped when that is at most :data:`SKIP_MARGIN` of dense."""
+    if rule != "auto":
+        return rule
+    b = held.shape[0]
+    attended = n_keys - (n_new - 1) / 2
+    q, kv = shape.q_head_flops(attended), shape.kv_head_flops()
+    group = shape.group_size
+    dense = b * n_new * (shape.n_heads * q + shape.n_kv_heads * kv)
+    sets, counts = torch.unique(held, dim=0, return_counts=True)
+    kept_q = (~sets).sum(dim=1).double()
+    kept_kv = (~sets).view(sets.shape[0], shape.n_kv_heads, group).any(dim=2).sum(dim=1).double()
+    skipped = float((counts.double() * n_new * (kept_q * q + kept_kv * kv)).sum())
+    skipped += GROUP_OVERHEAD_FLOPS * (sets.shape[0] - 1)
+    if unpacked:
+        mean_kept = float((2 * kept_q + 2 * kept_kv).mean())
+        skipped += unpacked * mean_kept * shape.d_model * shape.d_head
+    return "skip" if skipped <= SKIP_MARGIN * dense else "dense"
+
+
+# ----------------------------------------------------------------------------------------------
+# The state of one skipping block
+
+
+@dataclass
+class SkipState:
+    """What :func:`skipping` runs with: the held heads (``held`` ``[batch, layer, head]``, set per
+    batch) or a ``decider``, the rule, and what each layer did in the last calls (``choices``)."""
+
+    model: Any
+    shape: Any
+    held: Tensor | None = None
+    decider: Any = None
+    attention_mask: Tensor | None = None  # [batch, pos] 1/0 of the current call (for a decider)
+    rule: str = "auto"
+    choices: list[LayerChoice] = field(default_factory=list)
+    resid: dict[int, Tensor] = field(default_factory=dict)
+    _masks: list = field(default_factory=list, repr=False, init=False)
+
+    def allowed(self, mask, rows, n: int, n_keys: int, build):
+        """``build()`` once per mask object, rows and sizes (every layer of a call gets the same mask)."""
+        key = (n, n_keys, None if rows is None else tuple(rows.tolist()))
+        for m, k, value in self._masks:
+            if m is mask and k == key:
+                return value
+        value = build()
+        self._masks = [(mask, key, value)] + self._masks[:7]
+        return value
+
+    def held_at(self, layer: int, batch: int, device) -> Tensor:
+        if self.decider is not None:
+            source = max(0, layer - int(self.decider.lookahead))
+            mask = self.attention_mask
+            resid = self.resid[source]
+            if mask is None:
+                mask = torch.ones(resid.shape[:2], dtype=torch.long, device=resid.device)
+            flags = torch.as_tensor(self.decider.held_heads(layer, resid, mask), dtype=torch.bool)
+            if tuple(flags.shape) != (batch, self.shape.n_heads):
+                raise UserError(f"the decider's held_heads({layer}, ...) must be [batch, head] = "
+                                f"[{batch}, {self.shape.n_heads}]; got {tuple(flags.shape)}")
+            return flags.to(device)
+        if self.held is None:
+            return torch.zeros((batch, self.shape.n_heads), dtype=torch.bool, device=device)
+        if self.held.shape[0] != batch:
+            raise RuntimeError(f"skipping: held heads for {self.held.shape[0]} rows, batch of {batch}")
+        return self.held[:, layer].to(device)
+
+    def packed(self, layer: int, kept: list[int]) -> _Packed:
+        """The layer's weights gathered for ``kept`` (kept per model across blocks, re-gathered
+        when a source weight changed)."""
+        store = _PACKED.setdefault(self.model, {})
+        key = (layer, tuple(kept))
+        weights = _layer_weights(self.model, layer)
+        stamp = tuple((t.data_ptr(), _version(t)) for t in weights.values() if t is not None)
+        hit = store.get(key)
+        if hit is None or hit[1] != stamp:
+            if len(store) >= _PACKED_PER_MODEL:
+                store.pop(next(iter(store)))
+            hit = store[key] = (_pack(weights, kept, self.shape.group_size), stamp)
+        return hit[0]
+
+    def is_packed(self, layer: int, kept: tuple[int, ...]) -> bool:
+        return (layer, kept) in _PACKED.get(self.model, {})
+
+
+def _version(t: Tensor) -> int:
+    """A tensor's in-place edit counter (an inference tensor has none: -1)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
+# model -> {(layer, kept heads): (gathered weights, the source weights' pointers and versions)}
+_PACKED: "WeakKeyDictionary[object, dict]" = WeakKeyDictionary()
+_PACKED_PER_MODEL = 512  # gathered sets kept per model (the oldest dropped first)
+_CHOICES_KEPT = 1024  # the last layer choices a SkipState keeps
+
+
+@contextmanager
+def skipping(model, held: Bool[Tensor, "batch layer head"] | None = None, *, decider: Decider | None = None,
+             rule: str = "auto") -> Iterator[SkipState]:
+    """Inside the block, ``model``'s attention skips held heads (module docstring). Yields the
+    :class:`SkipState`; set ``state.held`` (``[batch, layer, head]``) per batch, or pass a
+    ``decider``. The model's other modules run as in the toolkit's fast form
+    (:func:`~inactive_heads.runtime.fast_attention.fast_attention`)."""
+    check_supported(model)
+    if rule not in RULES:
+        raise UserError(f"rule must be one of {', '.join(map(repr, RULES))}, got {rule!r}")
+    if held is not None and decider is not None:
+        raise UserError("pass held heads or a decider, not both")
+    if decider is not None and (not hasattr(decider, "held_heads") or not isinstance(
+            getattr(decider, "lookahead", None), int) or decider.lookahead < 0):
+        raise UserError("a decider needs held_heads(layer, resid, attention_mask) and an int lookahead >= 0")
+    from .accountant import model_shape
+
+    state = SkipState(model=model, shape=model_shape(model), held=held, decider=decider, rule=rule)
+    bridge = is_bridge(model)
+    attention = _bridge_attention if bridge else _hooked_attention
+    forwards = {}
+    for layer, block in enumerate(model.blocks):
+        forwards[block.attn] = _bind(attention, block.attn, state, layer)
+        if decider is not None:
+            forwards[block] = _recorder(block, state, layer)
+    with torch.no_grad(), fast_attention(model), swapped_forwards(forwards), _cache_offset(model):
+        yield state
+
+
+@contextmanager
+def _cache_offset(model):
+    """On a ``HookedTransformer``, the cache's position offset read without its check that the
+    cache holds every KV head (a skipping cache holds only the kept ones)."""
+    if not is_hooked_transformer(model):
+        yield
+        return
+
+    def get_pos_offset(past_kv_cache, batch_size):
+        if past_kv_cache is None:
+            return 0
+        keys = past_kv_cache[0].past_keys
+        if keys.shape[0] != batch_size:
+            raise RuntimeError(f"the KV cache has {keys.shape[0]} rows, the batch {batch_size}")
+        return keys.shape[1]
+
+    object.__setattr__(model, "get_pos_offset", get_pos_offset)
+    try:
+        yield
+    finally:
+        model.__dict__.pop("get_pos_offset", None)
+
+
+def _bind(forward, module, state: SkipState, layer: int):
+    def bound(*args, **kwargs):
+        return forward(module, state, layer, *args, **kwargs)
+
+    return bound
+
+
+def _recorder(block, state: SkipState, layer: int):
+    """The block's own forward, after keeping the residual stream entering it (for a decider)."""
+    own = type(block).forward.__get__(block)
+
+    def forward(*args, **kwargs):
+        state.resid[layer] = args[0] if args else kwargs["hidden_states"]
+        return own(*args, **kwargs)
+
+    return forward
+
+
+# ----------------------------------------------------------------------------------------------
+# The attention forward, per line
+
+
+def _hooked_attention(self, state: SkipState, layer: int, query_input, key_input=None, value_input=None,
+                      past_kv_cache_entry=None, additive_attention_mask=None, attention_mask=None,
+                      position_bias=None):
+    """A ``HookedTransformer`` attention module's forward inside :func:`skipping`."""
+    if additive_attention_mask is not None or position_bias is not None or query_input.ndim != 3:
+        raise RuntimeError("head skipping: this attention call is not a plain causal one")
+    x = query_input
+    b, n = x.shape[:2]
+    offset = 0 if past_kv_cache_entry is None else past_kv_cache_entry.past_keys.shape[1]
+    n_keys = offset + n
+
+    def rotate(t, at):  # [b, pos, head, d]; TransformerLens caches keys unrotated
+        return self.apply_rotary(t, at, rows_mask)
+
+    def allowed_for(rows):
+        return _allowed(None if attention_mask is None else attention_mask[rows].to(x.device), n, n_keys, x.device)
+
+    def cache(k, v):
+        if past_kv_cache_entry is None:
+            return k, v
+        entry = past_kv_cache_entry
+        if entry.past_keys.shape[1] == 0 and entry.past_keys.shape[2] != k.shape[2]:
+            entry.past_keys = entry.past_keys.new_empty((b, 0, k.shape[2], k.shape[3]))
+            entry.past_values = entry.past_values.new_empty((b, 0, v.shape[2], v.shape[3]))
+        return entry.append(k, v)
+
+    rows_mask = attention_mask
+    held = state.held_at(layer, b, x.device)
+
+    def run(rows, packed: _Packed, zero: Tensor | None):
+        nonlocal rows_mask
+        xs = x if rows is None else x[rows]
+        rows_mask = attention_mask if rows is None or attention_mask is None else attention_mask[rows]
+        q, k, v = _project(xs, packed)
+        k, v = cache(k, v)
+        q, k = rotate(q, offset), rotate(k, 0)
+        z = _attend(q, k, v, packed, allowed_for(slice(None) if rows is None else rows), 1.0 / self.attn_scale)
+        return _out(z, packed, zero)
+
+    return _by_groups(state, layer, held, n, n_keys, past_kv_cache_entry is not None, run, x)
+
+
+def _bridge_attention(self, state: SkipState, layer: int, *args, **kwargs):
+    """A ``TransformerBridge`` attention module's forward inside :func:`skipping`: (output, None)."""
+    parsed = _bridge_inputs(args, kwargs)
+    if parsed is None:
+        raise RuntimeError("head skipping: this attention call is not Hugging Face's keyword call")
+    x, rest = parsed
+    b, n = x.shape[:2]
+    hf = self.original_component
+    cache = rest.get("past_key_values")
+    offset = cache.get_seq_length(hf.layer_idx) if cache is not None else 0
+    n_keys = offset + n
+    mask = rest.get("attention_mask")
+    cos_sin = rest.get("position_embeddings")
+    held = state.held_at(layer, b, x.device)
+
+    def run(rows, packed: _Packed, zero: Tensor | None):
+        xs = x if rows is None else x[rows]
+        q, k, v = (t.transpose(1, 2) for t in _project(xs, packed))  # [b, head, pos, d]
+        if cos_sin is not None:
+            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+            cos, sin = cos_sin
+            if rows is not None:
+                cos, sin = (t[rows] if t.shape[0] == b and b > 1 else t for t in (cos, sin))
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, hf.layer_idx)
+        allowed = state.allowed(mask, rows, n, n_keys, lambda: _allowed_from_4d(
+            mask if rows is None or mask is None or mask.shape[0] != b else mask[rows], n, n_keys, x.device))
+        z = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), packed, allowed,
+                    getattr(hf, "scaling", hf.head_dim ** -0.5))
+        return _out(z, packed, zero)
+
+    return _by_groups(state, layer, held, n, n_keys, cache is not None, run, x), None
+
+
+def _by_groups(state: SkipState, layer: int, held: Tensor, n: int, n_keys: int, cached: bool, run, x: Tensor):
+    """Run ``run(rows, packed, zero)`` per group of rows holding the same heads (skipped), or once
+    over every head with the held ones zeroed (dense); the layer's ``[batch, pos, d_model]`` output."""
+    b = held.shape[0]
+    sets, inverse = torch.unique(held.cpu(), dim=0, return_inverse=True)
+    if cached and sets.shape[0] > 1:
+        raise RuntimeError("head skipping with a KV cache needs one held set per batch")
+    all_heads = list(range(state.shape.n_heads))
+    kept_sets = [tuple(int(h) for h in torch.nonzero(~s).flatten()) for s in sets]
+    unpacked = sum(not state.is_packed(layer, k) for k in kept_sets)
+    mode = "skip" if cached else choose(state.shape, held.cpu(), n, n_keys, unpacked, state.rule)
+    state.choices.append(LayerChoice(layer, mode, int(sets.shape[0]), float(held.float().mean())))
+    del state.choices[:-_CHOICES_KEPT]
+    if mode == "dense":
+        zero = held if bool(held.any()) else None
+        return run(None, state.packed(layer, all_heads), zero)
+    if sets.shape[0] == 1:
+        return run(None, state.packed(layer, list(kept_sets[0])), None)
+    out = None
+    for g, kept in enumerate(kept_sets):
+        rows = torch.nonzero(inverse == g).flatten().to(x.device)
+        part = run(rows, state.packed(layer, list(kept)), None)
+        if out is None:
+            out = part.new_empty((b, *part.shape[1:]))
+        out[rows] = part
+    return out
+
+
+def _project(x: Float[Tensor, "batch pos d_model"], p: _Packed):
+    """Queries of the kept heads, keys and values of the kept KV heads: ``[batch, pos, head, d]``."""
+    b, n = x.shape[:2]
+    q = F.linear(x, p.w_q, p.b_q).view(b, n, len(p.kept_q), p.d_head)
+    k = F.linear(x, p.w_k, p.b_k).view(b, n, len(p.kept_kv), p.d_head)
+    v = F.linear(x, p.w_v, p.b_v).view(b, n, len(p.kept_kv), p.d_head)
+    return q, k, v
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, p: _Packed, allowed: Tensor | None, scale: float) -> Tensor:
+    """z ``[batch, pos, kept, d]`` of the kept query heads over their KV heads (``[batch, key, kv, d]``).
+    Where the kept KV heads serve unequal numbers of kept query heads, one fused call per KV head
+    (its query heads are consecutive: kept heads are sorted) instead of copying K and V per head."""
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
+    n_q, n_kv = qh.shape[1], kh.shape[1]
+    if n_q == 0:
+        return q
+
+    def sdpa(qs, ks, vs):
+        return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, is_causal=allowed is None,
+                                              scale=scale, enable_gqa=ks.shape[1] != qs.shape[1])
+
+    if n_kv == n_q or p.uniform:
+        z = sdpa(qh, kh, vh)
+    else:
+        parts, start = [], 0
+        for j, count in enumerate(p.counts):
+            parts.append(sdpa(qh[:, start:start + count], kh[:, j:j + 1], vh[:, j:j + 1]))
+            start += count
+        z = torch.cat(parts, dim=1)
+    return z.transpose(1, 2)
+
+
+def _out(z: Tensor, p: _Packed, zero: Tensor | None) -> Float[Tensor, "batch pos d_model"]:
+    """``z`` (the held heads zeroed, in the dense mode) through the kept heads' ``W_O`` columns."""
+    if zero is not None:
+        z = z.masked_fill(zero.to(z.device)[:, None, :, None], 0.0)
+    b, n = z.shape[:2]
+    if z.shape[2] == 0:
+        out = z.new_zeros((b, n, p.w_o.shape[0]))
+        return out if p.b_o is None else out + p.b_o
+    return F.linear(z.reshape(b, n, -1).to(p.w_o.dtype), p.w_o, p.b_o)
+
+
+def _allowed(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor | None:
+    """Which keys each query sees, ``[batch, 1, n, keys]`` (None: plain causal, no cache): causal
+    from the cache's end, not padding; a query seeing nothing sees itself (no NaN)."""
+    if n_keys == n and (mask is None or bool(mask.bool().all())):
+        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
+    offset = n_keys - n
+    causal = torch.ones(n, n_keys, dtype=torch.bool, device=device).tril(offset)
+    allowed = causal[None, None] if mask is None else causal[None, None] & mask.bool()[:, None, None, :]
+    return _self_if_empty(allowed, offset)
+
+
+def _allowed_from_4d(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor | None:
+    """The same from Hugging Face's 4-D mask (additive: 0 where seen; or boolean: True where seen)."""
+    if mask is None:
+        return _allowed(None, n, n_keys, device)
+    allowed = (mask if mask.dtype == torch.bool else mask == 0).to(device)[..., -n_keys:]
+    if n_keys == n and bool((allowed == torch.ones(n, n, dtype=torch.bool, device=device).tril()).all()):
+        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
+    return _self_if_empty(allowed, n_keys - n)
+
+
+def _self_if_empty(allowed: Tensor, offset: int) -> Tensor:
+    n, n_keys = allowed.shape[-2], allowed.shape[-1]
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    if not bool(empty.any()):
+        return allowed
+    diagonal = torch.zeros(n, n_keys, dtype=torch.bool, device=allowed.device)
+    diagonal[torch.arange(n), torch.arange(n) + offset] = True
+    return allowed | (empty & diagonal)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def held_mask(model, held, batch: int) -> Bool[Tensor, "batch layer head"]:
+    """``held`` as a ``[batch, layer, head]`` mask: a ``[layer, head]`` mask broadcast, a
+    ``[batch, layer, head]`` one, or (layer, head) pairs / a ``HeadSet`` (the same for every row)."""
+    from .accountant import model_shape
+
+    shape = model_shape(model)
+    if held is None:
+        return torch.zeros((batch, shape.n_layers, shape.n_heads), dtype=torch.bool)
+    if not torch.is_tensor(held):
+        pairs = [(int(l), int(h)) for l, h in held]
+        mask = torch.zeros((shape.n_layers, shape.n_heads), dtype=torch.bool)
+        for l, h in pairs:
+            if not (0 <= l < shape.n_layers and 0 <= h < shape.n_heads):
+                raise UserError(f"head ({l}, {h}) is outside {shape.n_layers} layers x {shape.n_heads} heads")
+            mask[l, h] = True
+        held = mask
+    held = held.to(torch.bool).cpu()
+    if held.ndim == 2:
+        held = held[None].expand(batch, -1, -1)
+    if tuple(held.shape) != (batch, shape.n_layers, shape.n_heads):
+        raise UserError(f"held heads must be [layer, head] or [batch, layer, head] = [{batch}, {shape.n_layers}, "
+                        f"{shape.n_heads}]; got {tuple(held.shape)}")
+    return held
+
+
+def skip_logits(model, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None,
+                *, held=None, decider: Decider | None = None, rule: str = "auto") -> Float[Tensor, "batch pos vocab"]:
+    """Logits of one forward pass in which held heads are not computed (module docstring).
+
+    ``held``: a ``[layer, head]`` or ``[batch, layer, head]`` boolean mask, or (layer, head) pairs;
+    or ``decider`` (held heads decided per layer from the residual stream). ``attention_mask``:
+    1 = real token, left or right padding. ``rule``: ``"auto"`` (the cost rule, :func:`choose`),
+    ``"skip"`` or ``"dense"`` (every head computed, the held ones zeroed). Equal to the zeroing
+    simulation within float rounding."""
+    b = tokens.shape[0]
+    mask = held_mask(model, held, b) if decider is None else None
+    with skipping(model, mask, decider=decider, rule=rule) as state:
+        state.attention_mask = attention_mask
+        # A bridge's forward would fill a Hugging Face cache it then throws away (one per batch,
+        # so rows holding different heads could not share it): none is made.
+        extra = {"use_cache": False} if is_bridge(model) else {}
+        if attention_mask is None:
+            return model(tokens, **extra)
+        return model(tokens, attention_mask=attention_mask, **extra)
+
+
+def group_level(held: Bool[Tensor, "*batch layer head"], n_kv_heads: int,
+                min_fraction: float = 1.0) -> Bool[Tensor, "*batch layer head"]:
+    """The group-level rule under grouped-query attention: a KV group whose held share of query
+    heads is at least ``min_fraction`` is held whole (its KV head then freed); other groups keep
+    their held heads as they are. ``min_fraction=1.0`` changes nothing; ``0.5`` holds a group
+    when at least half its heads are held (more heads zeroed: an accuracy cost to measure)."""
+    if not 0.0 < min_fraction <= 1.0:
+        raise UserError(f"min_fraction must be in (0, 1]; got {min_fraction!r}")
+    n_heads = held.shape[-1]
+    if n_heads % n_kv_heads:
+        raise UserError(f"{n_heads} heads do not split into {n_kv_heads} KV groups")
+    groups = held.reshape(*held.shape[:-1], n_kv_heads, n_heads // n_kv_heads)
+    whole = groups.float().mean(dim=-1, keepdim=True) >= min_fraction - 1e-9
+    return (groups | whole).reshape(held.shape)
+
+
+def cache_nbytes(cache) -> int:
+    """Resident bytes of a KV cache's key and value tensors: a TransformerLens cache (its entries'
+    ``past_keys``/``past_values``) or a Hugging Face ``DynamicCache`` (its layers' ``keys``/``values``)."""
+    entries = getattr(cache, "entries", None)
+    if entries is not None:
+        return sum(e.past_keys.nbytes + e.past_values.nbytes for e in entries)
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if torch.is_tensor(t):
+                total += t.nbytes
+    return total
