@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
+
 __all__ = ["atomic_path", "current_umask", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
 
 
@@ -54,6 +56,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     True
     """
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"'{path}' is a folder; give the path of a file to write")
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # deepest first
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -62,6 +67,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        for folder in created:  # the folders made for this file, when nothing else went in
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -23,7 +23,7 @@ group is held (``2 · d_head · bytes`` per layer, KV head and token).
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -36,13 +36,14 @@ from tqdm.auto import tqdm
 from ..ablation.coerce import as_ablation
 from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 from ..models.loading import model_info
 from ..models.tl_line import is_hooked_transformer
 from ..runtime.fast_attention import attention_form
 from ..runtime.gated_mlp import gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
+    check_token_ids,
     hf_head_logits,
     hf_head_logits_supported,
     installed,
@@ -131,9 +132,16 @@ def _check_prompts(model, prompts, max_new: int) -> list[list[int]]:
     n_ctx = model_info(model).n_ctx
     if max_new >= n_ctx:
         raise UserError(f"max_new_tokens {max_new} must be less than the model context {n_ctx}")
+    if isinstance(prompts, (str, bytes, dict)) or not isinstance(prompts, Iterable):
+        raise WrongTypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    d_vocab = model.cfg.d_vocab
     out = []
     for i, p in enumerate(prompts):
-        ids = [int(t) for t in p]
+        if isinstance(p, (str, bytes, dict)) or not isinstance(p, Iterable):
+            raise WrongTypeError(f"prompt {i} must be a list of token ids, got {type(p).__name__}")
+        ids = list(p)
+        check_token_ids(ids, f"prompt {i}", d_vocab)
+        ids = [int(t) for t in ids]
         if not ids:
             raise UserError(f"prompt {i} is empty; give it at least one token")
         out.append(ids[-(n_ctx - max_new):])  # left-truncated as lm-eval does

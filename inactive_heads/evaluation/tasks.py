@@ -328,15 +328,18 @@ def _builtin_split(task: str, split: str, subject: str | None) -> tuple[dict, ..
 
 def _read_rows_file(path: Path, split: str, *, is_eval: bool) -> list[dict] | None:
     """A .jsonl file or .json list is the evaluated split; a .json object maps split -> rows."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        data = json.loads(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise UserError(f"data file {path} is not valid JSON ({e}); pass a .json list or .jsonl of documents") from None
     if isinstance(data, dict):
         rows = data.get(split)
-        return None if rows is None else list(rows)
-    return list(data) if is_eval else None
+        return None if rows is None or not isinstance(rows, list) else list(rows)
+    return list(data) if is_eval and isinstance(data, list) else None
 
 
 def _source_split(
@@ -377,9 +380,26 @@ def _source_split(
         raise MissingFileError(f"no such data file or folder: {source!s}")
     else:
         rows = _hub_split(str(source), spec.hub_config or subject, split)
+    if rows is not None:
+        _check_rows(rows, task, source)
     if rows is not None and subject is not None and rows and "subject" in rows[0]:
         rows = [r for r in rows if r["subject"] == subject]
     return rows
+
+
+# The fields each built-in task reads from a document of a user-given source.
+_ROW_FIELDS = {"mmlu": ("question", "choices", "answer"), "piqa": ("goal", "sol1", "sol2", "label"),
+               "winogrande": ("sentence", "option1", "option2", "answer")}
+
+
+def _check_rows(rows, task: str, source) -> None:
+    """One line for a source whose rows are not the task's documents (another data set's file)."""
+    fields = _ROW_FIELDS.get(task, ())
+    for i, row in enumerate(rows):
+        missing = [f for f in fields if f not in row] if isinstance(row, dict) else list(fields)
+        if not isinstance(row, dict) or missing:
+            raise UserError(f"source {source!s}: row {i} is not a {task} document (it lacks "
+                            f"{', '.join(missing)}); pass the task's own data (fields {', '.join(fields)})")
 
 
 def _hub_split(name: str, config: str | None, split: str) -> list[dict] | None:

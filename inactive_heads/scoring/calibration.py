@@ -36,7 +36,7 @@ from torch import Tensor
 
 from .recording import HeadScores
 from .scores import OFFICIAL_NAMES, flag_inactive, get_score
-from ..core.errors import UnknownNameError, UserError
+from ..core.errors import UnknownNameError, UserError, WrongTypeError
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 """The paper's seven nominal fractions p."""
@@ -66,9 +66,13 @@ class Thresholds:
     n_scores: int = 0
 
     def __post_init__(self):
-        self.quantiles = tuple(float(p) for p in self.quantiles)
-        self.values = tuple(float(v) for v in self.values)
-        self.n_scores = int(self.n_scores)
+        try:
+            self.quantiles = tuple(float(p) for p in self.quantiles)
+            self.values = tuple(float(v) for v in self.values)
+            self.n_scores = int(self.n_scores)
+        except (TypeError, ValueError):
+            raise WrongTypeError(f"thresholds for {self.key!r}: quantiles and values must be lists of numbers and "
+                                 f"n_scores an integer, got {self.quantiles!r}, {self.values!r}, {self.n_scores!r}") from None
         if len(self.quantiles) != len(self.values):
             raise UserError(
                 f"thresholds for '{self.key}': {len(self.quantiles)} quantiles but {len(self.values)} values"
@@ -146,6 +150,8 @@ def score_tensor(scores: ScoresLike, key: str) -> Tensor:
         return scores[key]
     if isinstance(scores, np.ndarray):
         return torch.from_numpy(scores)
+    if not isinstance(scores, Tensor):
+        raise WrongTypeError(f"head_scores must be a HeadScores, a tensor or a numpy array, got {type(scores).__name__}")
     return scores.detach().cpu()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..ablation.head_ablation import AblationSpec
 from ..analysis.tables import BASELINE
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 from ..core.modules import import_modules
 from ..evaluation.tasks import task_kind
 from ..models.devices import DTYPES as _DTYPE_TABLE
@@ -131,6 +131,8 @@ class SweepConfig:
             raise UserError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
             raise UserError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
+        if isinstance(self.scores, str) or not isinstance(self.scores, (list, tuple)):
+            raise WrongTypeError(f"scores must be a list of score keys, got {type(self.scores).__name__}")
         self.scores = [s for s in self.scores if s != "random"]
         if not self.scores and not self.include_random and not self.ablations:
             raise UserError("the sweep has no score functions; pass some scores, keep Random or add ablations")

@@ -80,7 +80,7 @@ class GridConfig:
         with open(path, "rb") as f:
             try:
                 data = tomllib.load(f)
-            except tomllib.TOMLDecodeError as e:
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
                 raise UserError(f"'{path}' is not valid TOML: {e}") from None
         known = {"models", "tasks", "out", "executor", "sweep", "ray"}
         unknown = sorted(set(data) - known)
