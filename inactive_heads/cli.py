@@ -135,6 +135,16 @@ def _quantile(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected accuracy points (a number >= 0), got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected accuracy points (a finite number >= 0), got {text!r}")
+    return value
+
+
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     from .models.loading import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
     from .sweep.config import DTYPES
@@ -498,7 +508,7 @@ register_subcommand("sweep", "calibrate, then evaluate every (score, threshold) 
 def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid_file", metavar="GRID.toml",
                         help="models, tasks and sweep options (see the inactive_heads.sweep.grid docstring)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+    parser.add_argument("--tolerance", type=_tolerance, default=1.0, help="accuracy points for 'within' (default 1)")
 
 
 def _run_grid(args: argparse.Namespace) -> int:
@@ -518,7 +528,7 @@ register_subcommand("grid", "run one sweep per (model, task) of a TOML grid and 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?",
                         help="a folder written by 'inactive-heads sweep'")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+    parser.add_argument("--tolerance", type=_tolerance, default=1.0, help="accuracy points for 'within' (default 1)")
     parser.add_argument("--runs", action="store_true",
                         help="also print one row per run: accuracy, paired difference from the baseline, "
                         "answer agreement and choice KL, with 95%% intervals")

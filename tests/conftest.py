@@ -61,6 +61,19 @@ def pytest_report_header(config):
     return f"transformer-lens {installed_version()} (the {line()} line)"
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The fuzz test's generated cases per public name and command (tests/unit/test_fuzz_api.py)."""
+    import sys
+
+    fuzz = sys.modules.get("test_fuzz_api")
+    counts = getattr(fuzz, "COUNTS", None)
+    if counts:
+        terminalreporter.section("fuzzed public API: generated cases per name")
+        for name, n in sorted(counts.items()):
+            terminalreporter.write_line(f"{name:<28} {n}")
+        terminalreporter.write_line(f"{'total':<28} {sum(counts.values())}  (also in {fuzz.COUNTS_FILE})")
+
+
 def pytest_collection_modifyitems(config, items):
     from inactive_heads.models.tl_line import has_hooked_transformer
 

@@ -568,7 +568,7 @@ class RandomAblation(DynamicAblation):
     shares_prefix = False  # independent draws per sequence: a shared prefix decides differently
 
     def __init__(self, p: float, *, seed: int = 0):
-        if not (0.0 <= p <= 1.0):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 <= p <= 1.0):
             raise UserError(f"p must be a probability in [0, 1], got {p!r}")
         super().__init__("random", p, seed=seed)
 

@@ -68,3 +68,33 @@ def head_pairs(heads: Any, name: str = "heads") -> tuple[tuple[int, int], ...]:
             raise WrongTypeError(f"{name} must be (layer, head) pairs of integers, e.g. [(0, 3), (2, 1)]; "
                                  f"got {pair!r}") from None
     return tuple(sorted(pairs))
+
+
+def result_fields(cls: type, data: Any) -> dict[str, Any]:
+    """``data`` checked as the ``to_dict()`` of dataclass ``cls`` (for its ``from_dict``): a dict with
+    every field that has no default and no field ``cls`` does not have."""
+    import dataclasses
+
+    name = cls.__name__
+    if not isinstance(data, dict):
+        raise WrongTypeError(f"{name}.from_dict needs a dict ({name}.to_dict()), got {type_name(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in data if k not in fields)
+    missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if unknown or missing:
+        raise UserError(f"not a {name} record: {'unknown keys ' + ', '.join(unknown) if unknown else ''}"
+                        f"{'; ' if unknown and missing else ''}{'missing ' + ', '.join(missing) if missing else ''}"
+                        f"; pass what {name}.to_dict() wrote")
+    return data
+
+
+def as_tokenizer(tokenizer: Any) -> Any:
+    """A Hugging Face tokenizer, or the ``.tokenizer`` of a TransformerLens model."""
+    if hasattr(tokenizer, "cfg") and getattr(tokenizer, "tokenizer", None) is not None:
+        return tokenizer.tokenizer
+    if callable(tokenizer) and hasattr(tokenizer, "encode"):
+        return tokenizer
+    raise WrongTypeError(
+        f"tokenizer must be a Hugging Face tokenizer (e.g. model.tokenizer), got {type(tokenizer).__name__}"
+    )

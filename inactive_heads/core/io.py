@@ -59,8 +59,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     if path.is_dir():
         raise UserError(f"'{path}' is a folder; give the path of a file to write")
     created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # deepest first
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise UserError(f"cannot write '{path}': {e.strerror or e}; choose a folder you can write to") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:

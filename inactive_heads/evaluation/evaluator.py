@@ -31,6 +31,7 @@ from .generation import GenerationResult, evaluate_generation
 from .plan import EvalPlan, index_forward_inputs
 from .registry import plan_for_task
 from .tasks import task_kind
+from ..core.checks import result_fields
 from ..core.errors import NonFiniteError, UserError
 
 
@@ -114,7 +115,7 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
-        return cls(**d)
+        return cls(**result_fields(cls, d))
 
     @property
     def accuracy_interval(self) -> "Interval":

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from ..ablation.coerce import as_ablation
 from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
+from ..core.checks import result_fields
 from ..core.errors import UserError, WrongTypeError
 from ..models.loading import model_info
 from ..models.tl_line import is_hooked_transformer
@@ -201,6 +202,11 @@ def generate(
         raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
                         f"ids, {len(set(ids))} distinct")
     abl = as_ablation(ablation)
+    if isinstance(until, str) or not isinstance(until, (list, tuple)) or not all(isinstance(s, str) for s in until):
+        raise WrongTypeError(f"until must be a list of stop strings, e.g. ['Question:'], got {until!r}")
+    if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
+                                     or eos_token_id < 0):
+        raise UserError(f"eos_token_id must be a token id (an integer >= 0) or None, got {eos_token_id!r}")
     tokenizer = getattr(model, "tokenizer", None)
     if until and tokenizer is None:
         raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
@@ -583,7 +589,7 @@ class GenerationResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GenerationResult":
-        return cls(**d)
+        return cls(**result_fields(cls, d))
 
     def __repr__(self) -> str:
         zeroed = f", {100 * self.realized_fraction:.2f}% heads zeroed" if self.realized_fraction else ""

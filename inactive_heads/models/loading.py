@@ -24,7 +24,7 @@ import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
 from ..core.checks import check_model
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 from . import architectures, tl_line
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
@@ -82,6 +82,9 @@ class ModelInfo:
 
 def resolve_model_dir(spec: str, *, progress: bool = True) -> tuple[Path, str]:
     """Return (local HF directory, official name) for a built-in alias, local dir or hub name."""
+    if not isinstance(spec, (str, os.PathLike)):
+        raise WrongTypeError(f"the model must be a built-in alias ({', '.join(BUILTIN_MODELS)}), a local Hugging Face "
+                             f"directory or a hub name, got {type(spec).__name__}")
     if spec in BUILTIN_MODELS:
         builtin = BUILTIN_MODELS[spec]
         return convert_builtin(builtin, progress=progress), builtin.hf_name
@@ -93,7 +96,7 @@ def resolve_model_dir(spec: str, *, progress: bool = True) -> tuple[Path, str]:
                 "(save_pretrained output) or one of: " + ", ".join(BUILTIN_MODELS)
             )
         return path, _official_name_of(path)
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or path.exists():
+    if str(spec).startswith((".", "/", "~")) or str(spec).count("/") > 1 or path.exists():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ModelLoadError(
             f"model directory '{spec}' {what}; pass a Hugging Face model directory "

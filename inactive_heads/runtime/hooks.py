@@ -261,6 +261,9 @@ def tokenize(model, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[lis
     tokenizer = model.tokenizer
     for i, item in enumerate(inputs):
         if isinstance(item, str):
+            if tokenizer is None:
+                raise UserError(f"input {i} is text but the model has no tokenizer; pass token-id lists, or load the "
+                                "model with ih.load_model")
             ids = tokenizer(item, add_special_tokens=False)["input_ids"]
         elif isinstance(item, Tensor):
             ids = item.flatten().tolist()

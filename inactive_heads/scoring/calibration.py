@@ -96,6 +96,8 @@ class Thresholds:
 
     def at(self, p: Real) -> float:
         """τ for nominal fraction ``p`` (which must be one of ``quantiles``, up to 1e-9)."""
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
+            raise WrongTypeError(f"p must be a number, one of {list(self.quantiles)}; got {p!r}")
         for q, v in self:
             if abs(q - p) <= 1e-9:
                 return v
@@ -113,6 +115,8 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Thresholds":
+        if not isinstance(data, dict):
+            raise WrongTypeError(f"thresholds must be a dict (Thresholds.to_dict), got {type(data).__name__}")
         missing = [f for f in ("key", "quantiles", "values", "direction") if f not in data]
         if missing:
             raise UserError(f"thresholds dict lacks {missing}; it needs key, quantiles, values, direction")

@@ -19,7 +19,7 @@ from ..core.io import atomic_path
 from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
 from ..core.checks import check_path
-from ..core.errors import MissingFileError, NonFiniteError, UnknownNameError, UserError, WrongTypeError
+from ..core.errors import MissingFileError, NonFiniteError, OutOfRangeError, UnknownNameError, UserError, WrongTypeError
 from ..core.versions import toolkit_version  # noqa: F401  (re-exported: results record it)
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
@@ -51,7 +51,7 @@ class HeadScores:
     def __getitem__(self, key: str) -> Float[Tensor, "seq layer head"]:
         try:
             return self.scores[key]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable key
             raise UnknownNameError(f"no scores for '{key}' here; recorded: {', '.join(self.scores)}") from None
 
     def __contains__(self, key: str) -> bool:
@@ -105,7 +105,13 @@ class HeadScores:
         return pd.concat(frames, ignore_index=True)
 
     def subset(self, sequences: Sequence[int] | Tensor) -> "HeadScores":
-        idx = torch.as_tensor(sequences, dtype=torch.long)
+        try:
+            idx = torch.as_tensor(sequences, dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError):
+            raise WrongTypeError(f"sequences must be a list of sequence indices, got {sequences!r}") from None
+        n = self.n_sequences
+        if idx.ndim != 1 or idx.numel() and not (-n <= int(idx.min()) and int(idx.max()) < n):
+            raise OutOfRangeError(f"sequences must be a list of indices in 0..{n - 1}, got {sequences!r}")
         return HeadScores({k: v[idx] for k, v in self.scores.items()}, dict(self.metadata))
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -291,6 +297,8 @@ def record_scores(
     evaluated with ``attention="fast"``.
     """
     functions = resolve_scores(scores)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise WrongTypeError(f"seed must be an integer, got {type(seed).__name__}")
     info = model_info(model)
     sequences = tokenize(model, inputs)
     n = len(sequences)

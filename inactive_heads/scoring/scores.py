@@ -182,6 +182,8 @@ def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[Sco
         return list(_REGISTRY.values())
     if isinstance(scores, str):
         scores = [scores]
+    if not isinstance(scores, (list, tuple)):
+        raise WrongTypeError(f"scores must be None, a score key or a list of keys, got {type(scores).__name__}")
     if not scores:
         raise UserError("scores is empty; pass None for all scores or a list of keys")
     return [get_score(k) for k in scores]

@@ -59,9 +59,12 @@ class FolderLock:
     def __init__(self, out: Path):
         self.path = Path(out) / ".lock"
         self.mine = False
+        self.created: list[Path] = []  # folders made for the lock, deepest first
 
     def __enter__(self) -> "FolderLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        self.created = [p for p in (folder, *folder.parents) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
         for _ in range(2):
             try:
@@ -104,6 +107,12 @@ class FolderLock:
         if self.mine:
             self.path.unlink(missing_ok=True)
             self.mine = False
+        for folder in self.created:  # a sweep that stopped before writing anything leaves no folder
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.created = []
 
 
 # The results folder format. 1: folders written before a version was kept (no "format_version").

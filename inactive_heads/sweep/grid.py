@@ -86,6 +86,10 @@ class GridConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise UserError(f"unknown grid key '{unknown[0]}' in '{path}'; known: {', '.join(sorted(known))}")
+        if "models" not in data:
+            raise UserError(f"'{path}' has no 'models' list; a grid names the models to sweep (and tasks, out)")
+        if "out" in data and not isinstance(data["out"], str):
+            raise UserError(f"out in '{path}' must be a folder path (a string), got {data['out']!r}")
         if "out" in data and not Path(data["out"]).is_absolute():
             data["out"] = str(path.parent / data["out"])
         return cls(**data)
