@@ -1113,7 +1113,8 @@ def test_every_sub_command_has_a_real_process_case():
 def test_every_case_generated_input(request):
     """Runs last in this file: each public name and sub-command got generated cases (when its test ran)."""
     ran = {item.callspec.params.get("name") or item.callspec.params.get("command")
-           for item in request.session.items if item.module is request.module and hasattr(item, "callspec")
+           for item in request.session.items if getattr(item, "module", None) is request.module
+           and hasattr(item, "callspec")
            and item.originalname in ("test_wrong_input_gets_a_one_line_user_error",
                                      "test_wrong_command_line_input_exits_2_in_one_line")}
     expected = {n for n in CASES if n in ran} | {f"cli {c}" for c in CLI_CASES if c in ran}
