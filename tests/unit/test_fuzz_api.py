@@ -1106,6 +1106,21 @@ def test_a_real_process_exits_2_with_one_line_and_no_traceback(command, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a failing command left files behind"
 
 
+def test_a_real_process_reports_a_toolkit_failure_as_a_bug(tmp_path):
+    # The other class of error: an InactiveHeadsError that is not a UserError, raised by a sub-command.
+    script = ("import sys; from inactive_heads import cli; from inactive_heads.core.errors import InactiveHeadsError\n"
+              "def fail(args):\n    raise InactiveHeadsError('weights did not convert cleanly')\n"
+              "cli.SUBCOMMANDS['models'] = cli.Subcommand('fails', lambda parser: None, fail)\n"
+              "sys.exit(cli.main(['models']))\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env.pop("INACTIVE_HEADS_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "a bug" in lines[0] and "docs/errors.md#reporting-a-bug" in lines[0]
+
+
 def test_every_sub_command_has_a_real_process_case():
     assert sorted(SUBPROCESS_CASES) == sorted(cli.SUBCOMMANDS)
 
