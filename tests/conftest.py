@@ -32,6 +32,9 @@ from pathlib import Path
 # imports huggingface_hub, which reads these once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# hypothesis (tests/unit/test_fuzz_api.py) keeps its caches outside the checkout, not in ./.hypothesis.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(__import__("tempfile").gettempdir(), "inactive-heads-hypothesis"))
 
 import pytest  # noqa: E402
 
