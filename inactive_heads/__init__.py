@@ -25,7 +25,16 @@ from .ablation.head_ablation import (
     zero_heads_hook,
 )
 from .scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, official_models, official_thresholds
-from .core.errors import InactiveHeadsError, MissingDependencyError, MissingFileError, UnknownNameError, UserError
+from .core.errors import (
+    InactiveHeadsError,
+    MissingDependencyError,
+    MissingFileError,
+    NonFiniteError,
+    OutOfRangeError,
+    UnknownNameError,
+    UserError,
+    WrongTypeError,
+)
 from .evaluation.evaluator import EvalPlan, EvalResult, evaluate, plan_evaluation
 from .evaluation.generation import GenerationOutput, GenerationResult, evaluate_generation, generate
 from .models.loading import BUILTIN_MODELS, DEFAULT_MODEL, ModelInfo, ModelLoadError, load_model, model_info
@@ -78,6 +87,8 @@ __all__ = [
     "ModelInfo",
     "ModelLoadError",
     "ModelShape",
+    "NonFiniteError",
+    "OutOfRangeError",
     "PAPER_SCORES",
     "RandomAblation",
     "Savings",
@@ -90,6 +101,7 @@ __all__ = [
     "Thresholds",
     "UnknownNameError",
     "UserError",
+    "WrongTypeError",
     "ablation_from_spec",
     "ablation_kinds",
     "build_requests",

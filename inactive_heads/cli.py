@@ -135,6 +135,16 @@ def _quantile(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected accuracy points (a number >= 0), got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected accuracy points (a finite number >= 0), got {text!r}")
+    return value
+
+
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     from .models.loading import BACKENDS, BUILTIN_MODELS, DEFAULT_MODEL
     from .sweep.config import DTYPES
@@ -498,7 +508,7 @@ register_subcommand("sweep", "calibrate, then evaluate every (score, threshold) 
 def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid_file", metavar="GRID.toml",
                         help="models, tasks and sweep options (see the inactive_heads.sweep.grid docstring)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+    parser.add_argument("--tolerance", type=_tolerance, default=1.0, help="accuracy points for 'within' (default 1)")
 
 
 def _run_grid(args: argparse.Namespace) -> int:
@@ -518,7 +528,7 @@ register_subcommand("grid", "run one sweep per (model, task) of a TOML grid and 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?",
                         help="a folder written by 'inactive-heads sweep'")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="accuracy points for 'within' (default 1)")
+    parser.add_argument("--tolerance", type=_tolerance, default=1.0, help="accuracy points for 'within' (default 1)")
     parser.add_argument("--runs", action="store_true",
                         help="also print one row per run: accuracy, paired difference from the baseline, "
                         "answer agreement and choice KL, with 95%% intervals")
@@ -684,10 +694,19 @@ register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and 
 # entry point
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (``prog: error: message``) and exit 2, like a
+    ``UserError``: ``--help`` shows the usage."""
+
+    def error(self, message: str):
+        message = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __doc__ as package_doc
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="inactive-heads",
         description=(package_doc or "").strip().splitlines()[0],
     )
@@ -695,7 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error instead of one line "
                         "(same as INACTIVE_HEADS_DEBUG=1)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, command in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=command.help, description=command.help)
@@ -713,11 +732,16 @@ def _version() -> str:
         return "unknown"
 
 
+# Where a bug report goes and what it includes (the project has no public tracker address).
+BUG_REPORT = "docs/errors.md#reporting-a-bug"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``inactive-heads`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
 
     Bad input (:class:`~inactive_heads.core.errors.UserError`) is one line and exit status 2;
-    anything else is a bug: one line, a pointer to ``--debug``, and exit status 1.
+    anything else is a bug (an ``InactiveHeadsError`` that is not a ``UserError`` included): one
+    line, a pointer to ``--debug`` and to where to report it, and exit status 1.
     """
     from .core.errors import UserError
 
@@ -741,7 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"inactive-heads {args.command}: internal error (a bug; please report it): "
-              f"{type(err).__name__}: {message}; rerun with --debug for the traceback", file=sys.stderr)
+              f"{type(err).__name__}: {message}; rerun with --debug for the traceback and see "
+              f"{BUG_REPORT} for what to include", file=sys.stderr)
         return 1
 
 

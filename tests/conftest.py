@@ -32,6 +32,9 @@ from pathlib import Path
 # imports huggingface_hub, which reads these once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# hypothesis (tests/unit/test_fuzz_api.py) keeps its caches outside the checkout, not in ./.hypothesis.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(__import__("tempfile").gettempdir(), "inactive-heads-hypothesis"))
 
 import pytest  # noqa: E402
 
@@ -59,6 +62,19 @@ def pytest_report_header(config):
     from inactive_heads.models.tl_line import installed_version, line
 
     return f"transformer-lens {installed_version()} (the {line()} line)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzz test's generated cases per public name and command (tests/unit/test_fuzz_api.py)."""
+    import sys
+
+    fuzz = sys.modules.get("test_fuzz_api")
+    counts = getattr(fuzz, "COUNTS", None)
+    if counts:
+        terminalreporter.section("fuzzed public API: generated cases per name")
+        for name, n in sorted(counts.items()):
+            terminalreporter.write_line(f"{name:<28} {n}")
+        terminalreporter.write_line(f"{'total':<28} {sum(counts.values())}  (also in {fuzz.COUNTS_FILE})")
 
 
 def pytest_collection_modifyitems(config, items):

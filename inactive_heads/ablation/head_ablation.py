@@ -27,7 +27,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..core.errors import UnknownNameError, UserError
+from ..core.checks import check_int, head_pairs
+from ..core.errors import NonFiniteError, UnknownNameError, UserError, WrongTypeError
 from ..models.loading import model_info
 from ..runtime.deferred import DeferredCopies
 from ..runtime.hook_registry import installed
@@ -228,6 +229,8 @@ class AblationStats:
     _pending: DeferredCopies = field(default_factory=DeferredCopies, repr=False)
 
     def __post_init__(self):
+        check_int(self.n_layers, "n_layers")
+        check_int(self.n_heads, "n_heads")
         if self.flagged_per_layer is None:
             self.flagged_per_layer = torch.zeros(self.n_layers, dtype=torch.long)
 
@@ -245,7 +248,7 @@ class AblationStats:
         for batch in self._pending.drain():
             for layer, bad, (_, what) in zip(batch.layers, batch.values[:, -1].tolist(), batch.extras):
                 if bad:
-                    raise FloatingPointError(
+                    raise NonFiniteError(
                         f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32"
                     )
             host = batch.values[:, :-1].reshape(len(batch.layers), *batch.extras[0][0])  # [layer entry, batch, head]
@@ -346,7 +349,7 @@ class HeadAblation:
         if self._nonfinite is not None:
             self._nonfinite.append((bad, what))
         elif bool(bad):
-            raise FloatingPointError(f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32")
+            raise NonFiniteError(f"score '{what}' is not finite at layer {layer}; try dtype=torch.float32")
 
     def params(self) -> dict[str, Any]:
         """The keyword arguments of ``__init__`` that rebuild this ablation (JSON values): what a
@@ -478,7 +481,7 @@ class StaticAblation(HeadAblation):
 
     def __init__(self, heads: Iterable[tuple[int, int]]):
         super().__init__()
-        self.heads = tuple(sorted({(int(l), int(h)) for l, h in heads}))
+        self.heads = head_pairs(heads)
         self._by_layer: dict[int, list[int]] = {}
         for l, h in self.heads:
             self._by_layer.setdefault(l, []).append(h)
@@ -565,7 +568,7 @@ class RandomAblation(DynamicAblation):
     shares_prefix = False  # independent draws per sequence: a shared prefix decides differently
 
     def __init__(self, p: float, *, seed: int = 0):
-        if not (0.0 <= p <= 1.0):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 <= p <= 1.0):
             raise UserError(f"p must be a probability in [0, 1], got {p!r}")
         super().__init__("random", p, seed=seed)
 
@@ -618,9 +621,16 @@ def zero_heads_hook(heads: Iterable[int]):
     >>> hook(z, None)[0, :, [0, 4]].abs().sum().item(), hook(z, None)[0, :, 1].sum().item()
     (0.0, 6.0)
     """
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise WrongTypeError(f"heads must be a list of head indices (int), got {type(heads).__name__}")
     heads = list(heads)
+    if not all(isinstance(h, int) and not isinstance(h, bool) for h in heads):
+        raise WrongTypeError(f"heads must be a list of head indices (int), got {heads!r}")
 
     def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
+        bad = [h for h in heads if not -z.shape[2] <= h < z.shape[2]]
+        if bad:
+            raise UserError(f"head {bad[0]} does not exist; this layer has heads 0..{z.shape[2] - 1}")
         z = z.clone()
         z[:, :, heads] = 0.0
         return z

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
+
 __all__ = ["atomic_path", "current_umask", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
 
 
@@ -54,14 +56,33 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     True
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise UserError(f"'{path}' is a folder; give the path of a file to write")
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # deepest first
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise UserError(f"cannot write '{path}': {e.strerror or e}; choose a folder you can write to") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        for folder in created:  # the folders made for this file, when nothing else went in
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()

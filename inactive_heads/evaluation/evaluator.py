@@ -31,7 +31,8 @@ from .generation import GenerationResult, evaluate_generation
 from .plan import EvalPlan, index_forward_inputs
 from .registry import plan_for_task
 from .tasks import task_kind
-from ..core.errors import UserError
+from ..core.checks import result_fields
+from ..core.errors import NonFiniteError, UserError
 
 
 ATTENTION_MODES = ("auto", *FORMS)
@@ -114,7 +115,7 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
-        return cls(**d)
+        return cls(**result_fields(cls, d))
 
     @property
     def accuracy_interval(self) -> "Interval":
@@ -222,7 +223,7 @@ def _add_loglikelihoods(plan: EvalPlan, run: PlanPass, logits, owners) -> None:
     tokens = torch.tensor([o[2] for o in owners], device=logits.device)
     picked = logprobs[torch.arange(len(owners)), tokens]
     if not torch.isfinite(picked).all():
-        raise FloatingPointError(f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32")
+        raise NonFiniteError(f"non-finite log-likelihood in {plan.task}; try dtype=torch.float32")
     for (r, c, _), lp in zip(owners, picked.tolist()):
         run.lls[r][c] += lp
     if run.greedy is not None:  # lm-eval's is_greedy: every continuation token is the argmax

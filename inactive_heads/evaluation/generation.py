@@ -23,7 +23,7 @@ group is held (``2 · d_head · bytes`` per layer, KV head and token).
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -36,13 +36,15 @@ from tqdm.auto import tqdm
 from ..ablation.coerce import as_ablation
 from ..ablation.head_ablation import HeadAblation
 from ..analysis.curves import Interval, accuracy_interval
-from ..core.errors import UserError
+from ..core.checks import result_fields
+from ..core.errors import UserError, WrongTypeError
 from ..models.loading import model_info
 from ..models.tl_line import is_hooked_transformer
 from ..runtime.fast_attention import attention_form
 from ..runtime.gated_mlp import gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
+    check_token_ids,
     hf_head_logits,
     hf_head_logits_supported,
     installed,
@@ -133,9 +135,16 @@ def _check_prompts(model, prompts, max_new: int) -> list[list[int]]:
     n_ctx = model_info(model).n_ctx
     if max_new >= n_ctx:
         raise UserError(f"max_new_tokens {max_new} must be less than the model context {n_ctx}")
+    if isinstance(prompts, (str, bytes, dict)) or not isinstance(prompts, Iterable):
+        raise WrongTypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    d_vocab = model.cfg.d_vocab
     out = []
     for i, p in enumerate(prompts):
-        ids = [int(t) for t in p]
+        if isinstance(p, (str, bytes, dict)) or not isinstance(p, Iterable):
+            raise WrongTypeError(f"prompt {i} must be a list of token ids, got {type(p).__name__}")
+        ids = list(p)
+        check_token_ids(ids, f"prompt {i}", d_vocab)
+        ids = [int(t) for t in ids]
         if not ids:
             raise UserError(f"prompt {i} is empty; give it at least one token")
         out.append(ids[-(n_ctx - max_new):])  # left-truncated as lm-eval does
@@ -214,6 +223,11 @@ def generate(
         raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
                         f"ids, {len(set(ids))} distinct")
     abl = as_ablation(ablation)
+    if isinstance(until, str) or not isinstance(until, (list, tuple)) or not all(isinstance(s, str) for s in until):
+        raise WrongTypeError(f"until must be a list of stop strings, e.g. ['Question:'], got {until!r}")
+    if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
+                                     or eos_token_id < 0):
+        raise UserError(f"eos_token_id must be a token id (an integer >= 0) or None, got {eos_token_id!r}")
     tokenizer = getattr(model, "tokenizer", None)
     if until and tokenizer is None:
         raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
@@ -684,7 +698,7 @@ class GenerationResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GenerationResult":
-        return cls(**d)
+        return cls(**result_fields(cls, d))
 
     def __repr__(self) -> str:
         zeroed = f", {100 * self.realized_fraction:.2f}% heads zeroed" if self.realized_fraction else ""

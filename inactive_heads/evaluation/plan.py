@@ -3,12 +3,13 @@ requests into forward inputs (:func:`index_forward_inputs`), shared by the built
 tasks and the lm-eval model type."""
 
 from collections.abc import Sequence
+from numbers import Integral
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..core.errors import UserError
+from ..core.errors import OutOfRangeError, UserError, WrongTypeError
 from .tasks import Request
 
 
@@ -35,6 +36,15 @@ class EvalPlan:
     metrics: tuple[str, ...] = ("acc",)
 
     def __post_init__(self):
+        for name in ("requests", "inputs", "targets"):
+            if not isinstance(getattr(self, name), (list, tuple)):
+                raise WrongTypeError(f"{name} must be a list (build a plan with plan_evaluation), got "
+                                     f"{type(getattr(self, name)).__name__}")
+        if len(self.inputs) != len(self.targets):
+            raise UserError(f"a plan has one targets entry per input; got {len(self.inputs)} inputs and "
+                            f"{len(self.targets)} targets (build a plan with plan_evaluation)")
+        if isinstance(self.metrics, str) or not isinstance(self.metrics, (tuple, list)):
+            raise WrongTypeError(f"metrics must be a tuple such as ('acc', 'acc_norm'), got {self.metrics!r}")
         self.metrics = tuple(self.metrics)
         if not self.metrics or self.metrics[0] != "acc" or not set(self.metrics) <= {"acc", "acc_norm"}:
             raise UserError(f"a plan's metrics are 'acc', then optionally 'acc_norm'; got {self.metrics!r}")
@@ -52,6 +62,10 @@ class EvalPlan:
     def subset(self, input_indices: Sequence[int]) -> "EvalPlan":
         """The plan restricted to some inputs (a shard), keeping their global sequence and request
         ids; requests are those the inputs score (a request may be split across shards)."""
+        n = len(self.inputs)
+        if isinstance(input_indices, (str, bytes)) or not hasattr(input_indices, "__iter__") or not all(
+                isinstance(i, Integral) and not isinstance(i, bool) and 0 <= i < n for i in input_indices):
+            raise OutOfRangeError(f"input_indices must be indices in 0..{n - 1} of the plan's inputs, got {input_indices!r}")
         requests, request_ids, where = [], [], {}
         targets = []
         for i in input_indices:

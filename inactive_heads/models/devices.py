@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 import torch
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 
 GPU_TYPES = ("cuda", "mps")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,7 +33,7 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
         if name in DTYPES:
             return DTYPES[name]
         raise UserError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
-    raise TypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
+    raise WrongTypeError(f"dtype must be a torch.dtype or its name, got {dtype!r}")
 
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from .devices import DTYPES, resolve_dtype  # noqa: F401  (public here too)
-from ..core.errors import UserError
+from ..core.checks import check_model
+from ..core.errors import UserError, WrongTypeError
 from . import architectures, tl_line
 from .gguf import (  # noqa: F401  (re-exported: models stays the public home of these names)
     BUILTIN_MODELS,
@@ -81,6 +82,9 @@ class ModelInfo:
 
 def resolve_model_dir(spec: str, *, progress: bool = True) -> tuple[Path, str]:
     """Return (local HF directory, official name) for a built-in alias, local dir or hub name."""
+    if not isinstance(spec, (str, os.PathLike)):
+        raise WrongTypeError(f"the model must be a built-in alias ({', '.join(BUILTIN_MODELS)}), a local Hugging Face "
+                             f"directory or a hub name, got {type(spec).__name__}")
     if spec in BUILTIN_MODELS:
         builtin = BUILTIN_MODELS[spec]
         return convert_builtin(builtin, progress=progress), builtin.hf_name
@@ -92,7 +96,7 @@ def resolve_model_dir(spec: str, *, progress: bool = True) -> tuple[Path, str]:
                 "(save_pretrained output) or one of: " + ", ".join(BUILTIN_MODELS)
             )
         return path, _official_name_of(path)
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or path.exists():
+    if str(spec).startswith((".", "/", "~")) or str(spec).count("/") > 1 or path.exists():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ModelLoadError(
             f"model directory '{spec}' {what}; pass a Hugging Face model directory "
@@ -528,7 +532,7 @@ def model_info(model) -> ModelInfo:
     info = getattr(model, "inactive_heads_info", None)
     if info is not None:
         return info
-    cfg = model.cfg
+    cfg = check_model(model).cfg
     tokenizer = getattr(model, "tokenizer", None)
     name = getattr(cfg, "model_name", None) or "model"
     architecture = str(getattr(cfg, "original_architecture", None) or getattr(cfg, "architecture", "") or "")

@@ -32,7 +32,8 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from ..core.errors import UserError
+from ..core.checks import head_pairs, result_fields
+from ..core.errors import UserError, WrongTypeError
 from ..models.architectures import by_model_type, projection_biases
 from ..models.devices import resolve_dtype
 from ..scoring.calibration import Real
@@ -69,7 +70,7 @@ class ModelShape:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelShape":
-        return cls(**d)
+        return cls(**result_fields(cls, d))
 
     @classmethod
     def from_hf_config(cls, config, name: str = "model") -> "ModelShape":
@@ -256,7 +257,7 @@ class Savings:
 
 
 def _mask(shape: ModelShape, heads) -> Tensor:
-    pairs = sorted({(int(l), int(h)) for l, h in heads})
+    pairs = head_pairs(heads)
     check_heads(pairs, shape.n_layers, shape.n_heads)
     mask = torch.zeros((shape.n_layers, shape.n_heads), dtype=torch.bool)
     for l, h in pairs:
@@ -331,12 +332,18 @@ def oracle_savings(model, flagged: Bool[Tensor, "seq layer head"], *, lengths=No
     import pandas as pd
 
     shape = model_shape(model)
-    flagged = torch.as_tensor(flagged, dtype=torch.bool)
+    try:
+        flagged = torch.as_tensor(flagged, dtype=torch.bool)
+    except (TypeError, ValueError, RuntimeError):
+        raise WrongTypeError(f"flagged must be a [sequence, layer, head] bool tensor, got {type(flagged).__name__}") from None
     if flagged.ndim != 3:
         raise UserError(f"flagged must be [sequence, layer, head]; got shape {tuple(flagged.shape)}")
     counts = removal_counts(shape, flagged)
     n = flagged.shape[0]
-    lens = torch.ones(n, dtype=torch.float64) if lengths is None else torch.as_tensor(lengths, dtype=torch.float64)
+    try:
+        lens = torch.ones(n, dtype=torch.float64) if lengths is None else torch.as_tensor(lengths, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise WrongTypeError(f"lengths must be one number per sequence, got {type(lengths).__name__}") from None
     if lens.shape != (n,):
         raise UserError(f"lengths must give one length per sequence ({n}); got {tuple(lens.shape)}")
     nq, nkv = counts["query_heads"].double(), counts["kv_heads"].double()

@@ -19,15 +19,18 @@ reads) contributes nothing else.
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..core.checks import check_path, head_pairs
 from ..core.errors import UserError
-from ..core.io import write_text_atomic
+from ..core.io import current_umask, write_text_atomic
 from ..models.architectures import by_class, classes_with
+from ..models.devices import resolve_dtype
 from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
 from .static import check_heads
 
@@ -55,7 +58,7 @@ def source_dir(model) -> Path:
 
 
 def _heads_by_layer(heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int) -> list[list[int]]:
-    pairs = sorted({(int(l), int(h)) for l, h in heads})
+    pairs = head_pairs(heads)
     check_heads(pairs, n_layers, n_heads)
     out: list[list[int]] = [[] for _ in range(n_layers)]
     for l, h in pairs:
@@ -131,10 +134,11 @@ def export_pruned(
     docstring). ``dtype`` defaults to the checkpoint's own. The tokenizer and generation config
     travel with it; ``export_info.json`` records what was removed.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise UserError(f"unknown export mode {mode!r}; use 'zeroed' or 'pruned'")
+    out = check_path(out_dir, "out_dir")
+    if dtype is not None:
+        resolve_dtype(dtype)  # an unknown dtype: one line before anything is read
     src = source_dir(model)
     config = read_hf_config(src)
     arch = architecture_of(config)
@@ -142,12 +146,38 @@ def export_pruned(
     removed = _heads_by_layer(heads, config.num_hidden_layers, n_heads)
     if not any(removed):
         raise UserError("no head to remove; pass at least one (layer, head)")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise UserError(f"'{out}' exists and is not empty; choose another folder or pass overwrite=True")
-        shutil.rmtree(out)
-    load_dtype = "auto" if dtype is None else dtype
+    if out.exists() and not out.is_dir():
+        raise UserError(f"'{out}' is a file; give a folder to write the checkpoint to")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"'{out}' exists and is not empty; choose another folder or pass overwrite=True")
+    # Written to a temporary folder beside out and renamed into place: a failed export leaves nothing.
+    created = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        _export_into(tmp, src, heads=heads, mode=mode, dtype=dtype, arch=arch, removed=removed,
+                     n_heads=n_heads, n_kv=n_kv, d_head=d_head)
+        os.chmod(tmp, 0o777 & ~current_umask())  # as a folder made by mkdir, not mkdtemp's 0o700
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+    return out
+
+
+def _export_into(out: Path, src: Path, *, heads, mode: str, dtype, arch: str, removed: list[list[int]],
+                 n_heads: int, n_kv: int, d_head: int) -> None:
+    """Write the exported checkpoint into ``out`` (an empty folder)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    load_dtype = "auto" if dtype is None else resolve_dtype(dtype)
     hf = AutoModelForCausalLM.from_pretrained(src, dtype=load_dtype, attn_implementation="eager")
     info: dict[str, Any] = {
         "mode": mode,
@@ -164,7 +194,6 @@ def export_pruned(
         info.update(_save_pruned(hf, removed, n_heads, n_kv, d_head, arch, out))
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
     write_text_atomic(out / "export_info.json", json.dumps(info, indent=1) + "\n")
-    return out
 
 
 def _save_zeroed(hf, removed: list[list[int]], d_head: int, out: Path) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..core.checks import check_int, check_path, head_pairs
 from ..core.errors import MissingFileError, UserError
 from ..core.io import write_json_atomic
 from ..scoring.calibration import Real, ScoresLike, calibrate, resolve_direction, score_tensor
@@ -54,7 +55,9 @@ class HeadSet:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        heads = tuple(sorted({(int(l), int(h)) for l, h in self.heads}))
+        check_int(self.n_layers, "n_layers")
+        check_int(self.n_heads, "n_heads")
+        heads = head_pairs(self.heads)
         object.__setattr__(self, "heads", heads)
         check_heads(heads, self.n_layers, self.n_heads)
 
@@ -99,18 +102,18 @@ class HeadSet:
         return cls(**known)
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
+        path = check_path(path, "path")
         write_json_atomic(path, self.to_dict())
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "HeadSet":
-        path = Path(path)
+        path = check_path(path, "path")
         if not path.is_file():
             raise MissingFileError(f"no head set at '{path}'; write one with ih.static_heads(...).save(path)")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
+        except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise UserError(f"'{path}' is not a head-set JSON file ({e})") from None
         if isinstance(data, list):  # a bare list of [layer, head] pairs
             raise UserError(f"'{path}' is a bare list; a head set needs n_layers and n_heads (HeadSet.save writes them)")

@@ -32,7 +32,7 @@ from ..scoring.recording import HeadScores
 from ..scoring.scores import get_score, score_label  # noqa: F401  (score_label: public here too)
 from ..analysis.tables import BASELINE, runs_table
 from ..sweep.results import SweepResults
-from ..core.errors import UnknownNameError, UserError
+from ..core.errors import OutOfRangeError, UnknownNameError, UserError
 
 
 TEMPLATE = "plotly_white"
@@ -123,7 +123,7 @@ def score_heatmap(
         what = f"mean over {head_scores.n_sequences} sequences"
     else:
         if not -head_scores.n_sequences <= sequence < head_scores.n_sequences:
-            raise IndexError(f"sequence {sequence} out of range; there are {head_scores.n_sequences} sequences")
+            raise OutOfRangeError(f"sequence {sequence} out of range; there are {head_scores.n_sequences} sequences")
         values = head_scores[key][sequence]
         what = f"sequence {sequence}"
     n_layers, n_heads = values.shape

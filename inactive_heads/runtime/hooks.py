@@ -10,9 +10,10 @@ forward call that works for ``HookedTransformer`` and ``TransformerBridge`` alik
 """
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
@@ -24,7 +25,7 @@ from ..models.architectures import by_class
 from ..models.loading import architecture_of, model_info
 from ..models.tl_line import has_hooked_transformer
 from .activations import LayerActivations, keeps_transposes, transposed_weight
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
 
@@ -236,26 +237,45 @@ def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tenso
 # Tokenization and batching
 
 
+def check_token_ids(ids: list, where: str, d_vocab: int) -> None:
+    """Token ids (of ``where``: "input 3") are integers in [0, d_vocab): one line naming the first that is not."""
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) and not (
+                isinstance(t, Tensor) and t.ndim == 0 and not t.is_floating_point()):
+            raise WrongTypeError(f"{where} holds {t!r} ({type(t).__name__}); token ids are integers")
+        if not 0 <= int(t) < d_vocab:
+            raise UserError(f"{where} holds token id {int(t)}, outside the vocabulary 0..{d_vocab - 1}")
+
+
 def tokenize(model, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
     """Strings → token ids without special tokens (no BOS); token-id lists are used as given."""
     if isinstance(inputs, str):
-        raise TypeError("inputs must be a list of strings or of token-id lists, not one string; wrap it: [text]")
+        raise WrongTypeError("inputs must be a list of strings or of token-id lists, not one string; wrap it: [text]")
+    if isinstance(inputs, (bytes, dict)) or not isinstance(inputs, Iterable):
+        raise WrongTypeError(f"inputs must be a list of strings or of token-id lists, got {type(inputs).__name__}")
     inputs = list(inputs)
     if not inputs:
         raise UserError("inputs is empty; pass at least one string or token-id list")
+    info = model_info(model)
     out: list[list[int]] = []
     tokenizer = model.tokenizer
     for i, item in enumerate(inputs):
         if isinstance(item, str):
+            if tokenizer is None:
+                raise UserError(f"input {i} is text but the model has no tokenizer; pass token-id lists, or load the "
+                                "model with ih.load_model")
             ids = tokenizer(item, add_special_tokens=False)["input_ids"]
         elif isinstance(item, Tensor):
             ids = item.flatten().tolist()
+        elif isinstance(item, (bytes, dict)) or not isinstance(item, Iterable):
+            raise WrongTypeError(f"input {i} must be a string or a list of token ids, got {type(item).__name__}")
         else:
-            ids = [int(t) for t in item]
+            ids = list(item)
+        check_token_ids(ids, f"input {i}", model.cfg.d_vocab)
         if not ids:
             raise UserError(f"input {i} is empty after tokenization; remove it or give it text")
-        out.append(ids)
-    n_ctx = model_info(model).n_ctx
+        out.append([int(t) for t in ids])
+    n_ctx = info.n_ctx
     too_long = [i for i, ids in enumerate(out) if len(ids) > n_ctx]
     if too_long:
         i = too_long[0]

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from .recording import HeadScores
 from .scores import OFFICIAL_NAMES, flag_inactive, get_score
-from ..core.errors import UnknownNameError, UserError
+from ..core.errors import UnknownNameError, UserError, WrongTypeError
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 """The paper's seven nominal fractions p."""
@@ -66,9 +66,13 @@ class Thresholds:
     n_scores: int = 0
 
     def __post_init__(self):
-        self.quantiles = tuple(float(p) for p in self.quantiles)
-        self.values = tuple(float(v) for v in self.values)
-        self.n_scores = int(self.n_scores)
+        try:
+            self.quantiles = tuple(float(p) for p in self.quantiles)
+            self.values = tuple(float(v) for v in self.values)
+            self.n_scores = int(self.n_scores)
+        except (TypeError, ValueError):
+            raise WrongTypeError(f"thresholds for {self.key!r}: quantiles and values must be lists of numbers and "
+                                 f"n_scores an integer, got {self.quantiles!r}, {self.values!r}, {self.n_scores!r}") from None
         if len(self.quantiles) != len(self.values):
             raise UserError(
                 f"thresholds for '{self.key}': {len(self.quantiles)} quantiles but {len(self.values)} values"
@@ -92,6 +96,8 @@ class Thresholds:
 
     def at(self, p: Real) -> float:
         """τ for nominal fraction ``p`` (which must be one of ``quantiles``, up to 1e-9)."""
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
+            raise WrongTypeError(f"p must be a number, one of {list(self.quantiles)}; got {p!r}")
         for q, v in self:
             if abs(q - p) <= 1e-9:
                 return v
@@ -109,6 +115,8 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Thresholds":
+        if not isinstance(data, dict):
+            raise WrongTypeError(f"thresholds must be a dict (Thresholds.to_dict), got {type(data).__name__}")
         missing = [f for f in ("key", "quantiles", "values", "direction") if f not in data]
         if missing:
             raise UserError(f"thresholds dict lacks {missing}; it needs key, quantiles, values, direction")
@@ -146,6 +154,8 @@ def score_tensor(scores: ScoresLike, key: str) -> Tensor:
         return scores[key]
     if isinstance(scores, np.ndarray):
         return torch.from_numpy(scores)
+    if not isinstance(scores, Tensor):
+        raise WrongTypeError(f"head_scores must be a HeadScores, a tensor or a numpy array, got {type(scores).__name__}")
     return scores.detach().cpu()
 
 

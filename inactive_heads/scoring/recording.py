@@ -18,7 +18,8 @@ from ..runtime.hooks import HeadHookRunner, installed, make_batches, model_devic
 from ..core.io import atomic_path
 from ..models.loading import model_info
 from .scores import LayerActivations, layer_reads, resolve_scores
-from ..core.errors import MissingFileError, UnknownNameError, UserError
+from ..core.checks import check_path
+from ..core.errors import MissingFileError, NonFiniteError, OutOfRangeError, UnknownNameError, UserError, WrongTypeError
 from ..core.versions import toolkit_version  # noqa: F401  (re-exported: results record it)
 
 FORMAT_VERSION = 1  # the torch.save layout of earlier versions (read only)
@@ -37,6 +38,9 @@ class HeadScores:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        if not isinstance(self.scores, dict) or not all(isinstance(t, Tensor) for t in self.scores.values()):
+            raise WrongTypeError(f"scores must be a dict of score key to [seq, layer, head] tensor, got "
+                                 f"{type(self.scores).__name__}")
         shapes = {tuple(t.shape) for t in self.scores.values()}
         if len(shapes) > 1:
             raise UserError(f"all score tensors must share one shape, got {sorted(shapes)}")
@@ -47,7 +51,7 @@ class HeadScores:
     def __getitem__(self, key: str) -> Float[Tensor, "seq layer head"]:
         try:
             return self.scores[key]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable key
             raise UnknownNameError(f"no scores for '{key}' here; recorded: {', '.join(self.scores)}") from None
 
     def __contains__(self, key: str) -> bool:
@@ -101,7 +105,13 @@ class HeadScores:
         return pd.concat(frames, ignore_index=True)
 
     def subset(self, sequences: Sequence[int] | Tensor) -> "HeadScores":
-        idx = torch.as_tensor(sequences, dtype=torch.long)
+        try:
+            idx = torch.as_tensor(sequences, dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError):
+            raise WrongTypeError(f"sequences must be a list of sequence indices, got {sequences!r}") from None
+        n = self.n_sequences
+        if idx.ndim != 1 or idx.numel() and not (-n <= int(idx.min()) and int(idx.max()) < n):
+            raise OutOfRangeError(f"sequences must be a list of indices in 0..{n - 1}, got {sequences!r}")
         return HeadScores({k: v[idx] for k, v in self.scores.items()}, dict(self.metadata))
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -109,7 +119,7 @@ class HeadScores:
         JSON text in the file's header. Loading it back never executes code."""
         from safetensors.torch import save_file
 
-        path = Path(path)
+        path = check_path(path, "path")
         header = {"format": SAFETENSORS_FORMAT, "metadata": json.dumps(self.metadata),
                   "keys": json.dumps(list(self.scores))}  # safetensors sorts names; keep our order
         tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.scores.items()}
@@ -121,7 +131,7 @@ class HeadScores:
     def load(cls, path: str | os.PathLike) -> "HeadScores":
         """Read a file written by :meth:`save` (safetensors), or an older ``scores.pt`` (read with
         ``torch.load(weights_only=True)``, which refuses anything but tensors and plain data)."""
-        path = Path(path)
+        path = check_path(path, "path")
         if not path.is_file():
             raise MissingFileError(f"no head scores at '{path}'; record them with record_scores(...).save(path)")
         with open(path, "rb") as f:
@@ -172,7 +182,7 @@ class HeadScores:
 
 def _check_finite(key: str, layer: int, values: Tensor) -> None:
     if not torch.isfinite(values).all():
-        raise FloatingPointError(
+        raise NonFiniteError(
             f"score '{key}' is not finite at layer {layer} (NaN/inf in the activations or the score); "
             "try dtype=torch.float32"
         )
@@ -287,6 +297,8 @@ def record_scores(
     evaluated with ``attention="fast"``.
     """
     functions = resolve_scores(scores)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise WrongTypeError(f"seed must be an integer, got {type(seed).__name__}")
     info = model_info(model)
     sequences = tokenize(model, inputs)
     n = len(sequences)

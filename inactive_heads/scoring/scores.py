@@ -23,8 +23,10 @@ score is defined as 0, so a layer of silent heads is flagged by every "below" sc
 the "above" ones, and no NaN can appear.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Real
 from typing import Literal
 
 import torch
@@ -32,7 +34,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..runtime.activations import READABLE, LayerActivations, at_least_float32, output_gram_factor  # noqa: F401
-from ..core.errors import UnknownNameError, UserError
+from ..core.errors import UnknownNameError, UserError, WrongTypeError
 
 Direction = Literal["below", "above"]
 ScoreFn = Callable[["LayerActivations"], Float[Tensor, "batch head"]]
@@ -69,10 +71,24 @@ class ScoreFunction:
 
     def __call__(self, acts: LayerActivations) -> Tensor:
         # Not shape-annotated: recording checks the shape itself and names the score.
-        return self.fn(acts)
+        if self.builtin:
+            return self.fn(acts)
+        try:  # a registered function that fails is the user's code failing: one line naming it
+            out = self.fn(acts)
+        except UserError:
+            raise
+        except Exception as err:
+            message = " ".join(str(err).split())
+            raise UserError(f"score '{self.key}' (registered with register_score) raised {type(err).__name__} at "
+                            f"layer {acts.layer}: {message}; fix the function") from err
+        if not isinstance(out, Tensor):
+            raise UserError(f"score '{self.key}' returned {type(out).__name__}; it must return a [batch, head] tensor")
+        return out
 
     def is_inactive(self, scores: Tensor, threshold: float) -> Tensor:
         """Boolean mask of heads this score calls inactive at threshold τ."""
+        if isinstance(threshold, bool) or not isinstance(threshold, Real) or not math.isfinite(threshold):
+            raise UserError(f"threshold must be a finite number, got {threshold!r}")
         return flag_inactive(scores, threshold, self.direction)
 
 
@@ -112,6 +128,8 @@ def register_score(
         raise UserError(f"score key {key!r} must be a Python identifier such as 'my_score'")
     if direction not in ("below", "above"):
         raise UserError(f"direction {direction!r} must be 'below' or 'above'")
+    if isinstance(reads, str) or not isinstance(reads, (tuple, list)):
+        raise WrongTypeError(f"reads must be a tuple of names from {READABLE}, got {type(reads).__name__}")
     bad = [r for r in reads if r not in READABLE]
     if bad or not reads and key != "random":
         raise UserError(f"reads={tuple(reads)!r} must name some of {READABLE}")
@@ -144,7 +162,7 @@ def unregister_score(key: str) -> None:
 def get_score(key: str) -> ScoreFunction:
     try:
         return _REGISTRY[key]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable key (a list, a dict)
         raise UnknownNameError(f"unknown score '{key}'; known: {', '.join(_REGISTRY)}") from None
 
 
@@ -164,6 +182,8 @@ def resolve_scores(scores: str | list[str] | tuple[str, ...] | None) -> list[Sco
         return list(_REGISTRY.values())
     if isinstance(scores, str):
         scores = [scores]
+    if not isinstance(scores, (list, tuple)):
+        raise WrongTypeError(f"scores must be None, a score key or a list of keys, got {type(scores).__name__}")
     if not scores:
         raise UserError("scores is empty; pass None for all scores or a list of keys")
     return [get_score(k) for k in scores]
@@ -185,6 +205,9 @@ def layer_reads(functions) -> tuple[str, ...]:
 
 def layer_normalize(scores: Float[Tensor, "batch head"]) -> Float[Tensor, "batch head"]:
     """Divide by the mean over the layer's heads (same sequence); 0 where that mean is 0."""
+    if not isinstance(scores, Tensor) or scores.ndim != 2:
+        raise WrongTypeError(f"scores must be a [batch, head] tensor, got "
+                             f"{tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__}")
     mean = scores.mean(dim=-1, keepdim=True)
     safe = torch.where(mean == 0, torch.ones_like(mean), mean)
     return torch.where(mean == 0, torch.zeros_like(scores), scores / safe)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..ablation.head_ablation import AblationSpec
 from ..analysis.tables import BASELINE
-from ..core.errors import UserError
+from ..core.errors import UserError, WrongTypeError
 from ..core.modules import import_modules
 from ..evaluation.tasks import task_kind
 from ..models.devices import DTYPES as _DTYPE_TABLE
@@ -107,7 +107,7 @@ class SweepConfig:
         ``imports`` first (they may register the scores the config names). The write side's step
         (:func:`~inactive_heads.sweep.run.run_sweep`, the command line, each Ray worker); bad input is
         a one-line :class:`~inactive_heads.core.errors.UserError` (an unknown score: ``KeyError``)."""
-        if isinstance(self.imports, str) or not all(isinstance(m, str) and m for m in self.imports):
+        if not isinstance(self.imports, (list, tuple)) or not all(isinstance(m, str) and m for m in self.imports):
             raise UserError(f"imports must be a list of module names, got {self.imports!r}")
         self.imports = list(self.imports)
         import_modules(self.imports, what="sweep imports")  # first: the modules may register scores and kinds
@@ -127,10 +127,14 @@ class SweepConfig:
 
         if self.attention not in ATTENTION_MODES:
             raise UserError(f"unknown attention '{self.attention}'; use one of {', '.join(ATTENTION_MODES)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise UserError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.reuse_prefix, bool):
             raise UserError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
             raise UserError(f"n_ctx must be a positive integer, got {self.n_ctx!r}")
+        if isinstance(self.scores, str) or not isinstance(self.scores, (list, tuple)):
+            raise WrongTypeError(f"scores must be a list of score keys, got {type(self.scores).__name__}")
         self.scores = [s for s in self.scores if s != "random"]
         if not self.scores and not self.include_random and not self.ablations:
             raise UserError("the sweep has no score functions; pass some scores, keep Random or add ablations")
@@ -138,7 +142,8 @@ class SweepConfig:
             get_score(key)
         self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
         self._check_static_options()  # after limit and quantiles are checked
-        if self.thresholds != "calibrated" and not self.thresholds.startswith("official:"):
+        if self.thresholds != "calibrated" and not (isinstance(self.thresholds, str)
+                                                    and self.thresholds.startswith("official:")):
             raise UserError(
                 f"thresholds must be 'calibrated' or 'official:<model>', got {self.thresholds!r}"
             )

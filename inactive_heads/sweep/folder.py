@@ -59,9 +59,12 @@ class FolderLock:
     def __init__(self, out: Path):
         self.path = Path(out) / ".lock"
         self.mine = False
+        self.created: list[Path] = []  # folders made for the lock, deepest first
 
     def __enter__(self) -> "FolderLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        self.created = [p for p in (folder, *folder.parents) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
         for _ in range(2):
             try:
@@ -104,6 +107,12 @@ class FolderLock:
         if self.mine:
             self.path.unlink(missing_ok=True)
             self.mine = False
+        for folder in self.created:  # a sweep that stopped before writing anything leaves no folder
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.created = []
 
 
 # The results folder format. 1: folders written before a version was kept (no "format_version").
@@ -111,10 +120,26 @@ class FolderLock:
 RESULTS_FORMAT = 2
 
 
+def read_json_file(path: Path, *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A results folder's JSON object at ``path`` (with ``keys``), else one line naming the file: a
+    truncated or foreign file, or text that is not UTF-8."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise UserError(f"'{path}' is not a results file of inactive-heads (not valid JSON: {e}); the folder is "
+                        "damaged or another tool's: rerun the sweep into a new folder") from None
+    missing = [k for k in keys if k not in d] if isinstance(d, dict) else list(keys)
+    if not isinstance(d, dict) or missing:
+        raise UserError(f"'{path}' is not a results file of inactive-heads (a JSON {type(d).__name__}"
+                        f"{' without ' + ', '.join(missing) if isinstance(d, dict) else ''}); the folder is "
+                        "damaged or another tool's: rerun the sweep into a new folder")
+    return d
+
+
 def read_sweep_json(folder: Path) -> dict[str, Any]:
     """``folder/sweep.json`` without its ``format_version``, after checking that this version of
     the toolkit reads that format."""
-    d = json.loads((folder / "sweep.json").read_text())
+    d = read_json_file(folder / "sweep.json")
     check_format(d.pop("format_version", 1), folder / "sweep.json")
     return d
 
@@ -141,7 +166,7 @@ def stored_config(out: Path) -> SweepConfig | None:
     stored = SweepConfig.from_dict(read_sweep_json(out)).validate()  # the write side: it resumes this sweep
     if stored.dtype != "auto" and stored.device is not None:
         return stored
-    records = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))]
+    records = [read_json_file(f) for f in sorted((out / "runs").glob("*.json"))]
     ran = sorted({(rec["dtype"], device_type(rec["device"])) for rec in records if rec.get("dtype") and rec.get("device")})
     if len(ran) > 1:
         raise UserError(f"'{out}' holds runs computed in {' and in '.join(f'{d} on {t}' for d, t in ran)} (its "
@@ -322,7 +347,7 @@ def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thre
     base_path = record_path(out, BASELINE)
     if not base_path.is_file():
         return
-    baseline = json.loads(base_path.read_text())
+    baseline = read_json_file(base_path)
     for rid, key, q in config.run_ids():
         if config.reuses_baseline(key, q) and not record_path(out, rid).is_file():
             write_json_atomic(record_path(out, rid),
@@ -341,14 +366,18 @@ def read_thresholds(out: Path) -> dict[str, Thresholds]:
     path = out / "thresholds.json"
     if not path.is_file():
         return {}
-    return {k: Thresholds.from_dict(v) for k, v in json.loads(path.read_text()).items()}
+    data = read_json_file(path)
+    if not all(isinstance(v, dict) for v in data.values()):
+        raise UserError(f"'{path}' is not a thresholds file of inactive-heads (each key maps to a dict); "
+                        "the folder is damaged: rerun the sweep into a new folder")
+    return {k: Thresholds.from_dict(v) for k, v in data.items()}
 
 
 def read_records(out: Path) -> dict[str, dict[str, Any]]:
     """Every finished run's record by run id, each checked for a format this version reads."""
     records = {}
     for f in sorted((out / "runs").glob("*.json")):
-        rec = json.loads(f.read_text())
+        rec = read_json_file(f, keys=("score", "p"))
         check_format(rec.get("format_version", 1), f)
         # folders of earlier versions: ids 'x@p=0.30'; one of a sweep's ablations has no p, its key is its id
         records[rec["score"] if rec["score"] and rec["p"] is None else run_id(rec["score"], rec["p"])] = rec

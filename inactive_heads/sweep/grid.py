@@ -82,12 +82,16 @@ class GridConfig:
         with open(path, "rb") as f:
             try:
                 data = tomllib.load(f)
-            except tomllib.TOMLDecodeError as e:
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
                 raise UserError(f"'{path}' is not valid TOML: {e}") from None
         known = {"models", "tasks", "out", "executor", "sweep", "ray"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise UserError(f"unknown grid key '{unknown[0]}' in '{path}'; known: {', '.join(sorted(known))}")
+        if "models" not in data:
+            raise UserError(f"'{path}' has no 'models' list; a grid names the models to sweep (and tasks, out)")
+        if "out" in data and not isinstance(data["out"], str):
+            raise UserError(f"out in '{path}' must be a folder path (a string), got {data['out']!r}")
         if "out" in data and not Path(data["out"]).is_absolute():
             data["out"] = str(path.parent / data["out"])
         return cls(**data)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.tables import BASELINE
+from ..core.checks import check_path
 from ..core.errors import MissingFileError, UserError
 from ..scoring.calibration import Thresholds
 from ..scoring.scores import STATIC_SUFFIX
@@ -32,7 +33,7 @@ class SweepResults:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SweepResults":
         """Read a results folder (the one loader: :func:`sweep_results` and :func:`load_results` call it)."""
-        path = Path(path)
+        path = check_path(path, "path")
         if not (path / "sweep.json").is_file():
             raise MissingFileError(f"'{path}' is not a sweep results folder (no sweep.json); run a sweep first")
         return cls(path, SweepConfig.stored(read_sweep_json(path)), read_thresholds(path), read_records(path))

@@ -10,9 +10,9 @@ side in :mod:`inactive_heads.sweep.results`.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..core.errors import UserError
+from ..core.checks import check_path
+from ..core.errors import UserError, WrongTypeError
 from .config import SweepConfig
 from .executors.local import LocalExecutor
 from .results import SweepResults
@@ -42,10 +42,12 @@ def run_sweep(
     threads) run shards of the inputs; ``address`` joins an existing Ray cluster (``"auto"`` or
     ``"ray://host:port"``), otherwise Ray starts on this machine. Same records either way.
     """
+    if not isinstance(config, SweepConfig):
+        raise WrongTypeError(f"config must be a SweepConfig, got {type(config).__name__}")
+    out = check_path(out_dir, "out_dir")
     config.validate()  # the write side's one check: imports config.imports, checks every option
     if executor not in EXECUTORS:
         raise UserError(f"unknown executor '{executor}'; use one of {', '.join(EXECUTORS)}")
-    out = Path(out_dir)
     if executor == "ray":
         if model is not None:
             raise UserError("model= applies to the local executor only; Ray workers load config.model")

@@ -30,7 +30,7 @@ def test_anything_else_is_reported_as_a_bug_in_one_line_and_exit_1(monkeypatch, 
     assert code == 1
     assert len(err.strip().splitlines()) == 1
     assert "internal error (a bug" in err and type(error).__name__ in err
-    assert err.strip().endswith("rerun with --debug for the traceback")
+    assert "rerun with --debug for the traceback" in err and err.strip().endswith("docs/errors.md#reporting-a-bug for what to include")
 
 
 def test_debug_lets_a_bug_propagate(monkeypatch):
