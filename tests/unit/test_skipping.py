@@ -171,7 +171,7 @@ def test_decider_equals_simulation_with_its_decisions(backend, lookahead):
 def test_prompt_held_generation_equals_simulation(backend, kv, p):
     model = _model(backend, kv)
     prompts = random_sequences(5, seed=3, min_len=4, max_len=12)
-    kw = dict(decision="prompt", max_new_tokens=6, eos_token_id=-1, progress=False, batch_size=3)
+    kw = dict(decision="prompt", max_new_tokens=6, eos_token_id=None, progress=False, batch_size=3)
     skipped = generate(model, prompts, ablation=RandomAblation(p, seed=1), skip=True, **kw)
     zeroed = generate(model, prompts, ablation=RandomAblation(p, seed=1), **kw)
     assert skipped.tokens == zeroed.tokens
@@ -190,7 +190,7 @@ def test_kv_bytes_by_hand(backend):
     prompt = random_sequences(1, seed=9, min_len=7, max_len=7)
     heads = [(0, 0), (0, 1), (0, 2), (2, 4)]
     out = generate(model, prompt, ablation=StaticAblation(heads), decision="prompt", max_new_tokens=4,
-                   eos_token_id=-1, progress=False, skip=True)
+                   eos_token_id=None, progress=False, skip=True)
     per_token = 2 * 5 * 8 * 4
     assert out.skipping["kv_bytes_measured_prefill"] == per_token * 7
     assert out.skipping["kv_bytes_measured_end"] == per_token * (7 + 3)  # the last token is not cached
@@ -259,7 +259,7 @@ def test_hold_groups_frees_whole_groups(backend):
     model = _model(backend, 2)
     prompts = random_sequences(3, seed=4, min_len=5, max_len=9)
     heads = [(0, 0), (1, 4), (2, 1), (2, 2)]  # touches 1 of 2 groups at each layer
-    kw = dict(ablation=StaticAblation(heads), decision="prompt", max_new_tokens=4, eos_token_id=-1, progress=False)
+    kw = dict(ablation=StaticAblation(heads), decision="prompt", max_new_tokens=4, eos_token_id=None, progress=False)
     plain = generate(model, prompts, skip=True, **kw)
     grouped = generate(model, prompts, skip=True, hold_groups=1 / 3, **kw)
     assert plain.skipping["kv_groups_held_fraction"] == 0.0
