@@ -50,6 +50,7 @@ from .pruning import (
     savings,
     static_heads,
 )
+from .prediction import PredictedAblation, Predictor
 from .sweep.run import run_sweep
 from .sweep.config import SweepConfig
 from .sweep.results import SweepResults, load_results, sweep_results
@@ -79,6 +80,8 @@ __all__ = [
     "ModelLoadError",
     "ModelShape",
     "PAPER_SCORES",
+    "PredictedAblation",
+    "Predictor",
     "RandomAblation",
     "Savings",
     "ScoreFunction",
