@@ -218,3 +218,24 @@ def test_predict_command_errors_are_one_line(capsys, tmp_path):
     assert err.startswith("inactive-heads predict: error: no predictor in") and err.count("\n") == 1
     assert cli.main(["predict", "fit", "--out", str(tmp_path)]) == 2
     assert "predict fit needs --limit N" in capsys.readouterr().err
+
+
+def test_the_lm_eval_model_type_runs_a_predicted_ablation_from_its_spec(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from inactive_heads.lmeval import model as lmeval
+
+    class NoTokenizer:  # token ids come from lm-eval; the tiny model has no tokenizer files
+        eos_token_id, bos_token_id, name_or_path = 0, 1, "tiny"
+
+    monkeypatch.setattr(lmeval, "plain_tokenizer", lambda model: NoTokenizer())
+    fit_tiny_predictor(tiny, tmp_path, lookahead=1)
+    spec = {"kind": "predicted", "path": str(tmp_path.resolve())}
+    requests = [(None, ctx, cont) for ctx, cont in
+                zip(random_sequences(6, seed=51, min_len=5, max_len=15), random_sequences(6, seed=52, max_len=3))]
+    plain = lmeval.InactiveHeadsLM(tiny, progress=False)._loglikelihood_tokens(requests)
+    runs = [lmeval.InactiveHeadsLM(tiny, progress=False, ablation=spec, batch_size=b) for b in (1, 4)]
+    got = [lm._loglikelihood_tokens(requests) for lm in runs]
+    assert [ll for ll, _ in got[0]] == pytest.approx([ll for ll, _ in got[1]], abs=1e-5)
+    assert [ll for ll, _ in got[0]] != pytest.approx([ll for ll, _ in plain], abs=1e-3)
+    stats = [lm.stats["loglikelihood"] for lm in runs]
+    assert stats[0]["ablation"] == spec and 0 < stats[0]["realized_fraction"] == stats[1]["realized_fraction"] < 1
