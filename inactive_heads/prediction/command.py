@@ -174,7 +174,24 @@ def format_eval(result: dict) -> str:
                   f"probe cost: {100 * cost['at_mean_len']:.3f}% of a layer's multiply-adds at the mean length "
                   f"{cost['mean_seq_len']} tokens ({100 * cost['at_min_len']:.3f}% at the shortest, {cost['min_seq_len']})"]
     if result.get("accuracy"):
-        lines += ["", text_table(["run", "accuracy %", "held %"],
-                                 [[name, f"{100 * a['accuracy']:.2f}", f"{100 * a['realized_fraction']:.2f}"]
-                                  for name, a in result["accuracy"].items()])]
+        lines += ["", accuracy_table(result["accuracy"])]
     return "\n".join(lines)
+
+
+def accuracy_table(accuracy: dict) -> str:
+    """Each run's accuracy with its 95 % bootstrap interval over the held-out questions, its held
+    fraction, and its paired difference from the oracle and from the run with nothing zeroed."""
+    from ..analysis.curves import accuracy_interval, difference_interval
+
+    def interval(iv) -> str:
+        return f"{iv.estimate:+.2f} [{iv.low:+.1f}, {iv.high:+.1f}]"
+
+    rows = []
+    for name, a in accuracy.items():
+        ci = accuracy_interval(a["correct"])
+        row = [name, f"{ci.estimate:.2f} [{ci.low:.1f}, {ci.high:.1f}]", f"{100 * a['realized_fraction']:.2f}"]
+        for ref in ("oracle", "none"):
+            row.append(interval(difference_interval(a["correct"], accuracy[ref]["correct"]))
+                       if ref in accuracy and ref != name else "—")
+        rows.append(row)
+    return text_table(["run", "accuracy % [95% CI]", "held %", "Δ vs oracle (paired)", "Δ vs none (paired)"], rows)

@@ -177,7 +177,7 @@ def _run_summary(result) -> dict[str, Any]:
     return {"accuracy": result.accuracy, "realized_fraction": result.realized_fraction, "correct": result.correct}
 
 
-def cost_fraction(model, predictor: Predictor, lengths: list[int]) -> dict[str, float]:
+def cost_fraction(model, predictor: Predictor, lengths: list[int]) -> dict[str, Any]:
     """The probe's multiply-adds per sequence and layer as a fraction of the layer's (FLOP model),
     at the mean and the shortest sequence length of these inputs (short sequences cost most)."""
     from ..pruning.accountant import model_shape

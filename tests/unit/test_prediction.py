@@ -239,3 +239,27 @@ def test_the_lm_eval_model_type_runs_a_predicted_ablation_from_its_spec(tiny, tm
     assert [ll for ll, _ in got[0]] != pytest.approx([ll for ll, _ in plain], abs=1e-3)
     stats = [lm.stats["loglikelihood"] for lm in runs]
     assert stats[0]["ablation"] == spec and 0 < stats[0]["realized_fraction"] == stats[1]["realized_fraction"] < 1
+
+
+def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
+    from inactive_heads.prediction import command
+
+    sequences = random_sequences(24, seed=61, min_len=6, max_len=20)
+    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
+    out = tmp_path / "p"
+    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
+                     "--lookahead", "0", "1", "--limit", "16", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["lookahead-0", "lookahead-1"]
+    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "eval.json").read_text())
+    assert result["n_heldout_questions"] == 8 and result["n_fit_questions_in_plan"] == 16
+    # the same figures computed here on the last 8 questions alone
+    held = collect_oracle(tiny, tiny_plan(sequences[16:]), "ahon_ln", TAU)
+    for path, entry in result["predictors"].items():
+        expected = compare(Predictor.load(path).predict(held.features), held.flags).to_dict()
+        assert entry["teacher_forced"]["summary"] == pytest.approx(expected["summary"], nan_ok=True)
+    assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
+                                       "none"}
+    assert printed.count("\nmean ") == 2
