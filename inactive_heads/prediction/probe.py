@@ -135,6 +135,7 @@ class Predictor:
         self.config = config
         self.mean, self.scale = mean.float(), scale.float()
         self.down, self.up, self.bias = down.float(), up.float(), bias.float()
+        self._copies: dict[str, tuple[Tensor, ...]] = {}
 
     @property
     def lookahead(self) -> int:
@@ -146,9 +147,16 @@ class Predictor:
 
     def logits(self, layer: int, features: Float[Tensor, "batch d_model"]) -> Float[Tensor, "batch n_heads"]:
         """The probe of ``layer`` on pooled features (of layer ``feature_layer(layer, lookahead)``)."""
-        dev = features.device
-        x = (features.float() - self.mean[layer].to(dev)) / self.scale[layer].to(dev)
-        return (x @ self.down[layer].to(dev)) @ self.up[layer].to(dev) + self.bias[layer].to(dev)
+        mean, scale, down, up, bias = self._on(features.device)
+        x = (features.float() - mean[layer]) / scale[layer]
+        return (x @ down[layer]) @ up[layer] + bias[layer]
+
+    def _on(self, device) -> tuple[Tensor, ...]:
+        """The weights on ``device``, copied there once."""
+        key = str(device)
+        if key not in self._copies:
+            self._copies[key] = tuple(t.to(device) for t in (self.mean, self.scale, self.down, self.up, self.bias))
+        return self._copies[key]
 
     def decide(self, layer: int, features: Float[Tensor, "batch d_model"]) -> Bool[Tensor, "batch n_heads"]:
         """Heads of ``layer`` held for each row, from pooled features."""
