@@ -59,6 +59,7 @@ from .pruning import (
     savings,
     static_heads,
 )
+from .prediction import PredictedAblation, Predictor
 from .sweep.run import run_sweep
 from .sweep.config import SweepConfig
 from .sweep.results import SweepResults, load_results, sweep_results
@@ -90,6 +91,8 @@ __all__ = [
     "NonFiniteError",
     "OutOfRangeError",
     "PAPER_SCORES",
+    "PredictedAblation",
+    "Predictor",
     "RandomAblation",
     "Savings",
     "ScoreFunction",

@@ -691,6 +691,27 @@ register_subcommand("demo", "the paper's experiment in miniature on SmolLM2 and 
 
 
 # ----------------------------------------------------------------------------------------------
+# predict (the logic is in inactive_heads/prediction/command.py)
+
+
+def _add_predict_arguments(parser: argparse.ArgumentParser) -> None:
+    from .prediction.command import add_arguments
+
+    add_arguments(parser, model_arguments=_add_model_arguments, task_arguments=_add_task_arguments,
+                  positive_int=_positive_int, quantile=_quantile)
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    from .prediction.command import run
+
+    return run(args, load=_load)
+
+
+register_subcommand("predict", "fit a causal predictor of the in-pass oracle, or evaluate one on held-out questions",
+                    _add_predict_arguments, _run_predict)
+
+
+# ----------------------------------------------------------------------------------------------
 # entry point
 
 

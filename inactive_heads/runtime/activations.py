@@ -43,6 +43,9 @@ class LayerActivations:
     z: Float[Tensor, "batch pos head d_head"] | None = None
     W_O: Float[Tensor, "head d_head d_model"] | None = None
     seed: int = 0
+    # The residual stream entering the layer (``hook_resid_pre``), when an ablation reads
+    # ``"resid_pre"`` (:class:`~inactive_heads.runtime.hooks.HeadHookRunner`); no score reads it.
+    resid_pre: Float[Tensor, "batch pos d_model"] | None = None
     batch: int | None = field(default=None, init=False)
     _memo: dict = field(default_factory=dict, repr=False)
 

@@ -54,7 +54,8 @@ class HeadHookRunner:
     The one place that builds the per-layer hook list (:meth:`fwd_hooks`) and the activations
     handed to scores and ablations (:meth:`activations`). ``reads`` says which of
     ``pattern``/``v``/``z``/``W_O`` to capture (``z`` is always seen, since the callback runs at
-    ``hook_z``). If ``on_layer`` returns a tensor it replaces ``z``: that is how ablation zeroes
+    ``hook_z``), and ``resid_pre`` the residual stream entering the layer (for an ablation that
+    decides from it; no score reads it). If ``on_layer`` returns a tensor it replaces ``z``: that is how ablation zeroes
     heads before ``W_O``. For padded batches call :meth:`set_batch` before each forward; without
     it every position counts as real. A caller that feeds other tensors (a shared prefix joining
     its cached rows to each input's own) overrides :meth:`at_z` and builds its activations with
@@ -90,6 +91,8 @@ class HeadHookRunner:
         until that layer's ``hook_z`` fires, then call :meth:`at_z` with them."""
         hooks = []
         for layer in range(self.info.n_layers):
+            if "resid_pre" in self.reads:
+                hooks.append((f"blocks.{layer}.hook_resid_pre", self._hold("resid_pre")))
             for name in ("v", "pattern"):
                 if name in self.reads:
                     hooks.append((hook_name(layer, name), self._hold(name)))
@@ -122,7 +125,8 @@ class HeadHookRunner:
             valid = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
             sequence_ids = torch.arange(z.shape[0])
         acts = self.activations(layer, z, valid=valid, sequence_ids=sequence_ids,
-                                pattern=held.get("pattern"), v=held.get("v"), batch=self._batch)
+                                pattern=held.get("pattern"), v=held.get("v"), batch=self._batch,
+                                resid_pre=held.get("resid_pre"))
         new_z = self.on_layer(acts)
         if self.stop_after_last_layer and layer == self.info.n_layers - 1:
             raise StopForward
@@ -131,7 +135,7 @@ class HeadHookRunner:
     def activations(self, layer: int, z: Float[Tensor, "batch pos head d_head"], *,
                     valid: Bool[Tensor, "batch pos"], sequence_ids: Int[Tensor, " batch"],
                     pattern: Tensor | None = None, v: Tensor | None = None,
-                    batch: int | None = None) -> LayerActivations:
+                    batch: int | None = None, resid_pre: Tensor | None = None) -> LayerActivations:
         """The :class:`LayerActivations` of ``layer`` for these tensors (``W_O`` if ``reads`` has it),
         belonging to the batch ``batch`` (:func:`new_batch_token`)."""
         acts = LayerActivations(
@@ -144,6 +148,7 @@ class HeadHookRunner:
             z=z,
             W_O=self.model.blocks[layer].attn.W_O if "W_O" in self.reads else None,
             seed=self.seed,
+            resid_pre=resid_pre,
         )
         acts.batch = batch
         return acts

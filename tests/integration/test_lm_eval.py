@@ -239,8 +239,8 @@ def test_model_args_string_builds_the_model_type(smollm2, monkeypatch):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("ahon_ln", ("unknown ablation kind 'ahon_ln'; registered: static, dynamic, random (register a HeadAblation "
-                     "subclass with @ih.register_ablation('name') and import its module first; lm-eval model arg "
+        ("ahon_ln", ("unknown ablation kind 'ahon_ln'; registered: static, dynamic, random, predicted (register a "
+                     "HeadAblation subclass with @ih.register_ablation('name') and import its module first; lm-eval model arg "
                      "imports=MODULE); as text also score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), random@P, "
                      "static:LAYER.HEAD/LAYER.HEAD")),
         ("ahon_ln 0.8", ("cannot read ablation 'ahon_ln 0.8'; use score@tau (ahon_ln@0.8), score@pP (ahon_ln@p0.1), "

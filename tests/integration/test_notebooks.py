@@ -24,12 +24,13 @@ PLOTLY = "application/vnd.plotly.v1+json"
 TIMEOUT_S = 600  # per cell
 
 
-def test_the_four_notebooks_exist():
+def test_the_five_notebooks_exist():
     assert NOTEBOOKS == [
         "01_explore_heads.ipynb",
         "02_custom_scores_and_ablation_hooks.ipynb",
         "03_reproduce_the_paper.ipynb",
         "04_static_heads_and_pruning.ipynb",
+        "05_causal_predictor.ipynb",
     ]
 
 
@@ -145,3 +146,18 @@ def test_04_static_heads_and_pruning():
     assert re.search(r"parameters removed: (\d+) \(accountant: \1\); equal: True", text)
     assert n_figures(nb) >= 1
     assert n_tables(nb) >= 3  # static vs dynamic, the savings table, the projections
+
+
+def test_05_causal_predictor():
+    nb = execute("05_causal_predictor.ipynb")
+    no_errors(nb)
+    text = stdout(nb)
+    assert "30 layers x 9 heads" in text
+    fit = re.search(r"fit split: predicted ([\d.]+)% held vs oracle ([\d.]+)%", text).groups()
+    assert abs(float(fit[0]) - float(fit[1])) <= 0.5  # the decision threshold matches the oracle's fraction
+    n_held = int(re.search(r"held-out: (\d+) questions", text).group(1))
+    assert 15 <= n_held <= 20  # the 20 after the fit's 40, less any whose prompt is a fit question's
+    for kind in ("teacher-forced", "closed loop"):
+        p, r = map(float, re.search(kind + r":\s+pooled precision ([\d.]+), recall ([\d.]+)", text).groups())
+        assert 0.0 <= p <= 1.0 and 0.0 <= r <= 1.0
+    assert n_figures(nb) >= 1

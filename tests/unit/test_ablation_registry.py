@@ -14,6 +14,7 @@ import pytest
 import torch
 from tiny import random_sequences, tiny_gqa_model
 from listed_heads import ZeroListedHeads
+from tiny_predictor import fit_tiny_predictor
 
 import inactive_heads as ih
 from inactive_heads.evaluation.evaluator import EvalPlan, index_forward_inputs
@@ -56,9 +57,10 @@ def tiny():
     return tiny_gqa_model(seed=2)
 
 
-def examples():
-    """One instance of every registered kind (built-in and the three above)."""
+def examples(predictor_dir):
+    """One instance of every registered kind (built-in, the toolkit's ``predicted``, the three above)."""
     return {
+        "predicted": ih.PredictedAblation(predictor_dir),
         "static": ih.StaticAblation(HEADS),
         "dynamic": ih.DynamicAblation("ahon_ln", TAU, seed=1),
         "random": ih.RandomAblation(0.3, seed=4),
@@ -99,8 +101,9 @@ def without_heads(seed, heads):
     return model
 
 
-def test_every_registered_kind_round_trips_through_its_json_spec(tiny):
-    instances = examples()
+def test_every_registered_kind_round_trips_through_its_json_spec(tiny, tmp_path):
+    fit_tiny_predictor(tiny, tmp_path)
+    instances = examples(tmp_path)
     assert set(ih.ablation_kinds()) == set(instances)  # a new kind must be added here
     tokens = torch.tensor(random_sequences(4, seed=3, min_len=12, max_len=12))
     plain = tiny(tokens)
@@ -167,7 +170,7 @@ def test_a_registered_custom_kind_runs_in_generation(tiny, decision):
 
 
 def test_an_unknown_kind_is_a_one_line_error_listing_the_registered_kinds(tiny):
-    listed = "registered: static, dynamic, random, zero_fixed, keep_layer0, two_quietest ("
+    listed = "registered: static, dynamic, random, predicted, zero_fixed, keep_layer0, two_quietest ("
     for call in (lambda: ih.ablation_from_spec({"kind": "zap"}), lambda: ih.AblationSpec("zap"),
                  lambda: ih.evaluate(tiny, tiny_plan([[3, 4, 5]]), ablation="zap", progress=False)):
         with pytest.raises(ih.UserError) as info:
@@ -214,4 +217,5 @@ def test_registration_mistakes_are_one_line_errors(register, message):
     with pytest.raises(ih.UserError, match=message) as info:
         register()
     assert "\n" not in str(info.value)
-    assert ih.ablation_kinds() == ["static", "dynamic", "random", "zero_fixed", "keep_layer0", "two_quietest"]
+    assert ih.ablation_kinds() == ["static", "dynamic", "random", "predicted", "zero_fixed", "keep_layer0",
+                                   "two_quietest"]

@@ -14,8 +14,8 @@ import pytest
 import inactive_heads as ih
 
 ROOT = Path(ih.__file__).parent
-STAGES = ("models", "runtime", "scoring", "ablation", "pruning", "evaluation", "analysis", "sweep", "reporting",
-          "lmeval")
+STAGES = ("models", "runtime", "scoring", "ablation", "pruning", "evaluation", "analysis", "prediction", "sweep",
+          "reporting", "lmeval")
 
 
 def _module_cycles(graph: grimp.ImportGraph) -> list[list[str]]:

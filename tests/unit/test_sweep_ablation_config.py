@@ -63,7 +63,7 @@ def test_each_ablation_is_stored_as_its_spec_and_runs_once_without_p(every_head_
 
 
 @pytest.mark.parametrize("ablations, message", [
-    ([{"kind": "no_such_kind"}], r"unknown ablation kind 'no_such_kind'; registered: static, dynamic, random, "),
+    ([{"kind": "no_such_kind"}], r"unknown ablation kind 'no_such_kind'; registered: static, dynamic, random, predicted, "),
     ([3], r"each of ablations is a spec dict \(\{'kind': ...\}\) or ablation text, got 3"),
     ({"kind": "static"}, r"ablations must be a list of ablation specs"),
     (["none"], r"ablation 'none' zeroes nothing"),

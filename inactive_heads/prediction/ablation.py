@@ -1,0 +1,67 @@
+"""``PredictedAblation``: zero, per sequence, the heads a saved :class:`Predictor` holds.
+
+The decision for layer ``l`` reads only the residual stream entering layer ``l`` (lookahead 0) or
+layer ``l - 1`` (lookahead 1; layer 0 reads its own), pooled per sequence — never anything the
+heads of layer ``l`` compute — so it could be made before those heads run. Here (the simulation)
+every head is still computed and the held ones are zeroed at ``hook_z``, as for the other kinds;
+realized fractions are counted the same way.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from jaxtyping import Bool
+from torch import Tensor
+
+from ..ablation.head_ablation import HeadAblation, register_ablation
+from ..core.errors import UserError
+from ..models.loading import model_info
+from ..scoring.scores import LayerActivations
+from .probe import Predictor, pooled_features
+
+
+@register_ablation("predicted")
+class PredictedAblation(HeadAblation):
+    """Zero the heads the predictor saved in ``path`` holds for each sequence (spec:
+    ``{"kind": "predicted", "path": DIR}``; ``path`` is stored absolute)."""
+
+    reads = ("z", "resid_pre")
+    # The decision pools the whole sequence: inputs sharing a prefix decide differently on it.
+    shares_prefix = False
+
+    def __init__(self, path: "str | os.PathLike"):
+        super().__init__()
+        self.path = str(Path(path).resolve())
+        self.predictor = Predictor.load(self.path)
+        self._previous: tuple[Any, int, Tensor] | None = None  # (batch token, layer, pooled features)
+
+    def params(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    @property
+    def lookahead(self) -> int:
+        return self.predictor.lookahead
+
+    def reset(self, model) -> None:
+        info = model_info(model)
+        self.predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
+        self._previous = None
+        super().reset(model)
+
+    def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        """The held heads of this layer, from the pooled stream entering it (lookahead 0) or
+        entering the layer before (lookahead 1, kept from that layer's call in the same pass)."""
+        if acts.resid_pre is None:
+            raise UserError("PredictedAblation reads the residual stream entering each layer; run it through a hook "
+                            "runner built with reads=ablation.reads")
+        features = pooled_features(acts.resid_pre, acts.valid)
+        use = features
+        if self.lookahead == 1 and acts.layer > 0:
+            previous = self._previous
+            if previous is None or previous[0] != acts.batch or previous[1] != acts.layer - 1:
+                raise UserError(f"PredictedAblation (lookahead 1) at layer {acts.layer} did not see layer "
+                                f"{acts.layer - 1} of the same forward pass; layers must run in order")
+            use = previous[2]
+        self._previous = (acts.batch, acts.layer, features)
+        return self.predictor.decide(acts.layer, use)

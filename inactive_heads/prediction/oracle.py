@@ -1,0 +1,188 @@
+"""The training data of a predictor: one in-pass oracle run (the paper's dynamic ablation) over a
+task's inputs, keeping per (sequence, layer) the pooled residual stream entering the layer and
+the oracle's flags; splitting by question; fitting and evaluating against held-out questions.
+
+The features come from the oracle's own pass: the stream entering layer ``l`` already reflects the
+oracle's zeroing in layers before ``l`` (the cascade), as a predictor running in place of the
+oracle would see its own. Each feature is reduced inside the layer's hook (pooled to
+``[batch, d_model]``); no ``[batch, pos, d_model]`` tensor outlives its layer.
+"""
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from ..ablation.head_ablation import DynamicAblation, RandomAblation, StaticAblation
+from ..core.errors import UserError
+from ..evaluation.evaluator import evaluate
+from ..evaluation.plan import EvalPlan
+from ..models.loading import model_info
+from ..scoring.calibration import calibrate
+from ..scoring.scores import LayerActivations
+from .probe import FitOptions, Predictor, compare, fit_predictor, pooled_features
+
+
+class _OracleWithFeatures(DynamicAblation):
+    """The dynamic ablation, also pooling each row's stream entering each layer (unregistered:
+    a tool of :func:`collect_oracle`)."""
+
+    def __init__(self, score: str, threshold: float, n_inputs: int, n_layers: int, d_model: int):
+        super().__init__(score, threshold)
+        self.reads = tuple(self.reads) + ("resid_pre",)
+        self.features: Tensor | None = None
+        self._shape = (n_inputs, n_layers, d_model)
+
+    def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
+        pooled = pooled_features(acts.resid_pre, acts.valid)
+        if self.features is None:
+            self.features = torch.zeros(self._shape, dtype=torch.float32, device=pooled.device)
+        self.features[acts.sequence_ids.to(pooled.device), acts.layer] = pooled
+        return super().decide(acts)
+
+
+@dataclass
+class OracleData:
+    """Per forward input of a plan: pooled features ``[input, layer, d_model]``, the oracle's flags
+    ``[input, layer, head]``, the question each input belongs to, and the oracle run's result."""
+
+    features: Float[Tensor, "seq n_layers d_model"]
+    flags: Bool[Tensor, "seq n_layers n_heads"]
+    question_keys: list[str]
+    lengths: list[int]
+    result: Any = field(default=None, repr=False)
+
+
+def question_key(request) -> str:
+    """A question's identity across plans of different ``limit`` (subject and prompt text)."""
+    return hashlib.sha1(f"{request.subject}\x00{request.context_text}".encode()).hexdigest()[:16]
+
+
+def collect_oracle(model, plan: EvalPlan, score: str, threshold: float, *, batch_size: int = 8,
+                   progress: bool = False) -> OracleData:
+    """Run the in-pass oracle (``DynamicAblation(score, threshold)``) on every input of ``plan``,
+    collecting pooled features and flags."""
+    if plan.sequence_ids is not None:
+        raise UserError("collect_oracle takes a whole plan (from plan_evaluation), not a subset")
+    info = model_info(model)
+    oracle = _OracleWithFeatures(score, threshold, len(plan.inputs), info.n_layers, info.d_model)
+    result = evaluate(model, plan, ablation=oracle, batch_size=batch_size, progress=progress)
+    flags = oracle.stats.flagged_mask()
+    n = len(plan.inputs)
+    if flags.shape[0] != n or oracle.features is None:
+        raise UserError(f"the oracle pass saw {flags.shape[0]} of {n} inputs; nothing to fit on")
+    keys = [question_key(plan.requests[targets[0][0]]) for targets in plan.targets]
+    return OracleData(oracle.features.cpu(), flags, keys, [len(x) for x in plan.inputs], result)
+
+
+def calibrated_threshold(model, plan: EvalPlan, score: str, p: float, *, batch_size: int = 8) -> float:
+    """τ of ``score`` at quantile ``p`` from the plan's inputs with nothing zeroed (the paper's
+    calibration, on the fit questions only)."""
+    scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=False).head_scores
+    return calibrate(scores, score, [p]).at(p)
+
+
+def select(data: OracleData, keep: list[bool]) -> OracleData:
+    idx = torch.tensor([i for i, k in enumerate(keep) if k], dtype=torch.long)
+    return OracleData(data.features[idx], data.flags[idx], [data.question_keys[i] for i in idx.tolist()],
+                      [data.lengths[i] for i in idx.tolist()], None)
+
+
+def fit_from_oracle(data: OracleData, *, model: str, score: str, threshold: float, lookahead: int,
+                    options: FitOptions, task: str | None, p: float | None) -> Predictor:
+    predictor = fit_predictor(data.features, data.flags, lookahead=lookahead, options=options, model=model,
+                              score=score, threshold=threshold, task=task, p=p)
+    predictor.config.fit["questions"] = sorted(set(data.question_keys))
+    return predictor
+
+
+def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan, *, batch_size: int = 8,
+                        closed_loop: bool = True, baselines: bool = False) -> dict[str, Any]:
+    """Predictors (by their saved path) against the oracle on the plan's inputs whose questions
+    they were not fit on. They must share one score and threshold (one oracle).
+
+    Teacher-forced: decisions from the features of the oracle's own pass, per layer (what each
+    probe was fit to do). Closed loop (``closed_loop``): :class:`PredictedAblation` run as the
+    ablation — the stream it reads reflects its own earlier zeroing — with its flags compared with
+    the oracle's and both accuracies on the held-out questions. ``baselines``: also a static set of
+    the oracle's held-out realized fraction — the (layer, head) pairs the oracle flags most often on
+    the plan's fit questions — and Random at that fraction (seed 0).
+    """
+    from .ablation import PredictedAblation
+
+    if not predictors:
+        raise UserError("no predictor to evaluate")
+    configs = {(p.config.score, p.config.threshold) for p in predictors.values()}
+    if len(configs) != 1:
+        raise UserError(f"predictors of different oracles {sorted(configs)}; evaluate them one at a time")
+    (score, threshold), = configs
+    info = model_info(model)
+    for path, predictor in predictors.items():
+        predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
+    start = time.perf_counter()
+    data = collect_oracle(model, plan, score, threshold, batch_size=batch_size)
+    fit_questions = set().union(*(set(p.config.fit.get("questions", ())) for p in predictors.values()))
+    keep = [k not in fit_questions for k in data.question_keys]
+    if not any(keep):
+        raise UserError("every question of this plan was used to fit the predictor; evaluate on others "
+                        "(a larger --limit: the first questions are the fit's)")
+    held = select(data, keep)
+    heldout_plan = plan.subset([i for i, k in enumerate(keep) if k])
+    out: dict[str, Any] = {
+        "score": score, "threshold": threshold, "task": plan.task,
+        "n_heldout_sequences": len(held.lengths), "n_heldout_questions": len(set(held.question_keys)),
+        "n_fit_questions_in_plan": len(set(data.question_keys) & fit_questions), "predictors": {},
+    }
+    accuracy: dict[str, Any] = {}
+    if closed_loop:
+        oracle_run = evaluate(model, heldout_plan, ablation=DynamicAblation(score, threshold),
+                              batch_size=batch_size, progress=False)
+        accuracy["oracle"] = _run_summary(oracle_run)
+    for path, predictor in predictors.items():
+        entry: dict[str, Any] = {
+            "lookahead": predictor.lookahead, "rank": predictor.config.rank,
+            "teacher_forced": compare(predictor.predict(held.features), held.flags).to_dict(),
+            "cost_fraction": cost_fraction(model, predictor, held.lengths),
+        }
+        if closed_loop:
+            abl = PredictedAblation(path)
+            run = evaluate(model, heldout_plan, ablation=abl, batch_size=batch_size, progress=False)
+            entry["closed_loop"] = compare(abl.stats.flagged_mask()[heldout_plan.sequence_ids], held.flags).to_dict()
+            accuracy[f"predicted_lookahead{predictor.lookahead}"] = _run_summary(run)
+        out["predictors"][path] = entry
+    if baselines:
+        fraction = float(held.flags.double().mean())
+        fit_part = [not k for k in keep]
+        if any(fit_part):
+            counts = select(data, fit_part).flags.sum(dim=0).flatten()
+            k = int(round(fraction * counts.numel()))
+            top = counts.argsort(descending=True, stable=True)[:k].tolist()
+            heads = [(i // info.n_heads, i % info.n_heads) for i in top]
+            accuracy["static"] = _run_summary(evaluate(model, heldout_plan, ablation=StaticAblation(heads),
+                                                       batch_size=batch_size, progress=False))
+        accuracy["random"] = _run_summary(evaluate(model, heldout_plan, ablation=RandomAblation(fraction, seed=0),
+                                                   batch_size=batch_size, progress=False))
+        accuracy["none"] = _run_summary(evaluate(model, heldout_plan, batch_size=batch_size, progress=False,
+                                                 attention="exact"))
+    out["accuracy"] = accuracy
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def _run_summary(result) -> dict[str, Any]:
+    return {"accuracy": result.accuracy, "realized_fraction": result.realized_fraction, "correct": result.correct}
+
+
+def cost_fraction(model, predictor: Predictor, lengths: list[int]) -> dict[str, Any]:
+    """The probe's multiply-adds per sequence and layer as a fraction of the layer's (FLOP model),
+    at the mean and the shortest sequence length of these inputs (short sequences cost most)."""
+    from ..pruning.accountant import model_shape
+
+    shape = model_shape(model)
+    mean_len = round(sum(lengths) / len(lengths))
+    return {"mean_seq_len": mean_len, "at_mean_len": predictor.cost_fraction(shape, mean_len),
+            "min_seq_len": min(lengths), "at_min_len": predictor.cost_fraction(shape, min(lengths))}

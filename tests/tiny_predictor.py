@@ -1,0 +1,33 @@
+"""A predictor fit on a tiny model's own in-pass oracle (for tests of PredictedAblation)."""
+
+import torch
+from tiny import random_sequences
+
+from inactive_heads.evaluation.evaluator import EvalPlan, index_forward_inputs
+from inactive_heads.evaluation.tasks import Choice, Request
+from inactive_heads.prediction.oracle import collect_oracle, fit_from_oracle
+from inactive_heads.prediction.probe import FitOptions
+
+TAU = 0.98  # ahon_ln on the tiny models: flags some heads of every layer, not all
+
+
+def tiny_plan(sequences, seed=0) -> EvalPlan:
+    """A 3-choice, one-token-answer task over ``sequences`` (one forward input per question)."""
+    gen = torch.Generator().manual_seed(seed)
+    requests = []
+    for i, seq in enumerate(sequences):
+        answers = torch.randint(0, 97, (3,), generator=gen).tolist()
+        requests.append(Request("mmlu", i, "tiny", tuple(Choice(tuple(seq), (a,), f" {a}") for a in answers), 0,
+                                f"q{i}"))
+    inputs, targets, cut = index_forward_inputs("mmlu", requests, 64)
+    return EvalPlan("mmlu", requests, inputs, targets, {"task": "mmlu"}, n_truncated=cut)
+
+
+def fit_tiny_predictor(model, directory, *, lookahead=0, n=24, seed=5, steps=60):
+    """Fit on ``n`` random sequences of the tiny model and save to ``directory``; returns the predictor."""
+    plan = tiny_plan(random_sequences(n, seed=seed, min_len=6, max_len=20))
+    data = collect_oracle(model, plan, "ahon_ln", TAU, batch_size=8)
+    predictor = fit_from_oracle(data, model="tiny", score="ahon_ln", threshold=TAU, lookahead=lookahead,
+                                options=FitOptions(rank=4, steps=steps), task="mmlu", p=None)
+    predictor.save(directory)
+    return predictor

@@ -1,0 +1,265 @@
+"""The causal predictor of the in-pass oracle (inactive_heads/prediction): probe fitting, the
+decision threshold, pooling, files, and PredictedAblation against an independent per-sequence
+zeroing — on tiny random-weight models of both TransformerLens lines (GQA)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tiny import random_sequences, tiny_gqa_model
+from tiny_predictor import TAU, fit_tiny_predictor, tiny_plan
+
+import inactive_heads as ih
+from inactive_heads import cli
+from inactive_heads.core.errors import UserError
+from inactive_heads.prediction.oracle import collect_oracle
+from inactive_heads.prediction.probe import (FitOptions, Predictor, PredictorConfig, compare, decision_threshold,
+                                             fit_predictor, pooled_features)
+
+
+# ----------------------------------------------------------------------------------------------
+# Probe, threshold, pooling (no model)
+
+
+def planted(n, n_layers=3, d=24, n_heads=5, seed=0, lookahead=0):
+    """Features and flags from a known rank-2 linear rule per layer, reading layer l - lookahead."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, n_layers, d, generator=gen)
+    w = torch.randn(n_layers, d, 2, generator=gen) @ torch.randn(n_layers, 2, n_heads, generator=gen)
+    b = torch.randn(n_layers, n_heads, generator=gen)
+    flags = torch.stack([x[:, max(l - lookahead, 0)] @ w[l] + b[l] > 0 for l in range(n_layers)], dim=1)
+    return x, flags
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_the_probe_recovers_a_planted_linear_rule_on_held_out_sequences(lookahead):
+    x, flags = planted(900, lookahead=lookahead)
+    predictor = fit_predictor(x[:600], flags[:600], lookahead=lookahead,
+                              options=FitOptions(rank=4, steps=400, lr=0.05, l2=0.0))
+    held = compare(predictor.predict(x[600:]), flags[600:]).summary()
+    assert held["mean_precision"] > 0.95 and held["mean_recall"] > 0.95, held
+    # the rule of layer 2 is not readable from the other layer's features: a wrong lookahead fails
+    other = fit_predictor(x[:600], flags[:600], lookahead=1 - lookahead,
+                          options=FitOptions(rank=4, steps=400, lr=0.05, l2=0.0))
+    wrong = compare(other.predict(x[600:]), flags[600:])
+    assert wrong.precision[2] < 0.9 or wrong.recall[2] < 0.9
+
+
+def test_the_decision_threshold_matches_the_oracle_fraction_on_the_fit_split():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(300, 4, 16, generator=gen)
+    flags = torch.rand(300, 4, 6, generator=gen) < 0.13  # unpredictable: the threshold alone sets the fraction
+    predictor = fit_predictor(x, flags, options=FitOptions(rank=3, steps=50))
+    target = flags.double().mean().item()
+    held = predictor.predict(x).double().mean().item()  # counted here, not read from the fit metrics
+    assert abs(held - target) <= 0.005
+    assert abs(predictor.config.fit["metrics"]["predicted_fraction"] - held) < 1e-12
+
+
+def test_decision_threshold_holds_k_of_n_by_hand():
+    logits = torch.tensor([0.3, -1.0, 2.0, 0.9, 5.0, -3.0, 0.0, 1.1])  # sorted: 5, 2, 1.1, 0.9, 0.3, 0, -1, -3
+    assert decision_threshold(logits, 3 / 8) == pytest.approx((1.1 + 0.9) / 2)
+    assert decision_threshold(logits, 0.0) > 5.0 and decision_threshold(logits, 1.0) < -3.0
+
+
+def test_pooling_ignores_pads_left_or_right_and_the_batch():
+    gen = torch.Generator().manual_seed(2)
+    rows = [torch.randn(k, 8, generator=gen) * 3 for k in (5, 2, 7)]
+
+    def by_hand(r):  # numpy, token by token
+        a = r.numpy().astype(np.float64)
+        return np.mean([t / np.sqrt(np.mean(t ** 2) + 1e-6) for t in a], axis=0)
+
+    width = 9
+    for side in ("left", "right"):
+        resid = torch.full((3, width, 8), float("nan"))  # pads hold garbage
+        mask = torch.zeros(3, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
+            resid[i, sl], mask[i, sl] = r, 1
+        pooled = pooled_features(resid, mask)
+        for i, r in enumerate(rows):
+            np.testing.assert_allclose(pooled[i].numpy(), by_hand(r), atol=1e-5)
+            alone = pooled_features(r[None])  # batch of one, no mask
+            assert torch.allclose(pooled[i], alone[0], atol=1e-5)
+
+
+def test_compare_counts_precision_and_recall_by_hand():
+    oracle = torch.tensor([[[1, 0, 1], [0, 0, 0]], [[1, 1, 0], [0, 1, 0]]], dtype=torch.bool)
+    pred = torch.tensor([[[1, 1, 0], [0, 0, 0]], [[1, 0, 0], [0, 0, 0]]], dtype=torch.bool)
+    c = compare(pred, oracle)
+    # layer 0: tp 2 (s0h0, s1h0), predicted 3, oracle 4; layer 1: nothing predicted, 1 in the oracle
+    assert c.precision[0] == pytest.approx(2 / 3) and c.recall[0] == pytest.approx(2 / 4)
+    assert c.precision[1] != c.precision[1] and c.recall[1] == 0.0
+    assert c.micro_precision == pytest.approx(2 / 3) and c.micro_recall == pytest.approx(2 / 5)
+
+
+def test_the_cost_fraction_uses_the_flop_model():
+    shape = ih.ModelShape(name="m", family="llama", n_layers=30, n_heads=9, n_kv_heads=3, d_head=64, d_model=576,
+                          d_mlp=1536, vocab_size=49152)
+    config = PredictorConfig("m", 30, 9, 576, "ahon_ln", 0.5, 0, 16, 0.0)
+    p = Predictor(config, torch.zeros(30, 576), torch.ones(30, 576), torch.zeros(30, 576, 16),
+                  torch.zeros(30, 16, 9), torch.zeros(30, 9))
+    T = 100
+    # one layer by hand: per token 9 query heads (4·d·dh + 4·dh·attended), 3 KV heads (4·d·dh), gated MLP 6·d·dmlp
+    flops = sum(9 * (4 * 576 * 64 + 4 * 64 * (t + 1)) + 3 * 4 * 576 * 64 + 6 * 576 * 1536 for t in range(T))
+    assert p.cost_fraction(shape, T) == pytest.approx((3 * 576 * T + 2 * 576 + 576 * 16 + 16 * 9) / (flops / 2))
+
+
+# ----------------------------------------------------------------------------------------------
+# On tiny models of the installed TransformerLens line
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_gqa_model(seed=2)
+
+
+@pytest.fixture(scope="module")
+def features(tiny):
+    """Pooled features of the tiny model's oracle pass, for a hand-made (unfitted) predictor."""
+    plan = tiny_plan(random_sequences(16, seed=11, min_len=6, max_len=20))
+    return collect_oracle(tiny, plan, "ahon_ln", TAU).features
+
+
+def hand_predictor(tiny, features, lookahead, directory):
+    """Random probes on standardized features, cut at 0: decisions that vary with the sequence
+    and with the layer read (so reading the wrong layer shows)."""
+    info = ih.model_info(tiny)
+    L, H, d, r = info.n_layers, info.n_heads, info.d_model, 3
+    gen = torch.Generator().manual_seed(7)
+    config = PredictorConfig("tiny", L, H, d, "ahon_ln", TAU, lookahead, r, 0.0)
+    p = Predictor(config, features.mean(0), features.std(0).clamp_min(1e-6), torch.randn(L, d, r, generator=gen),
+                  torch.randn(L, r, H, generator=gen), torch.zeros(L, H))
+    p.save(directory)
+    return p
+
+
+class ZeroMasks(ih.HeadAblation):
+    """Zero, per sequence id and layer, the heads of a given mask (written from scratch, unregistered)."""
+
+    def __init__(self, masks):
+        super().__init__()
+        self.masks = masks
+
+    def decide(self, acts):
+        return self.masks[acts.sequence_ids, acts.layer].to(acts.z.device)
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_predicted_ablation_zeroes_exactly_the_heads_held_heads_returns(tiny, features, tmp_path, lookahead):
+    p = hand_predictor(tiny, features, lookahead, tmp_path)
+    info = ih.model_info(tiny)
+    tokens = torch.tensor(random_sequences(6, seed=21, min_len=10, max_len=10))
+    abl = ih.PredictedAblation(tmp_path)
+    with abl.apply(tiny), torch.inference_mode():
+        logits = tiny(tokens)
+    masks = abl.stats.flagged_mask()
+    assert masks.any() and not masks.all()
+    assert not all(torch.equal(masks[0], masks[i]) for i in range(1, 6))  # decisions differ per sequence
+    # The same heads zeroed by a per-sequence mask; the stream entering each layer read by plain hooks.
+    resid = {}
+    hooks = [(f"blocks.{l}.hook_resid_pre", lambda x, hook, l=l: resid.__setitem__(l, x.clone()))
+             for l in range(info.n_layers)]
+    listed = ZeroMasks(masks)
+    with listed.apply(tiny), tiny.hooks(fwd_hooks=hooks), torch.inference_mode():
+        listed_logits = tiny(tokens)
+    assert torch.equal(logits, listed_logits)
+    for l in range(info.n_layers):
+        held = p.held_heads(l, resid[max(l - lookahead, 0)], None)
+        assert torch.equal(held, masks[:, l]), l
+        if lookahead == 1 and l > 0:  # the other layer's stream would decide otherwise
+            assert not torch.equal(p.held_heads(l, resid[l], None), held)
+
+
+def test_predicted_decisions_do_not_depend_on_batch_size_or_padding(tiny, features, tmp_path):
+    hand_predictor(tiny, features, 1, tmp_path)
+    plan = tiny_plan(random_sequences(7, seed=31, min_len=4, max_len=20))
+    runs = []
+    for batch_size in (1, 3, 7):
+        abl = ih.PredictedAblation(tmp_path)
+        ih.evaluate(tiny, plan, ablation=abl, batch_size=batch_size, progress=False)
+        runs.append(abl.stats.flagged_mask())
+    assert runs[0].any() and torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
+def test_save_then_load_decides_identically_and_a_mismatched_model_is_a_one_line_error(tiny, tmp_path):
+    p = fit_tiny_predictor(tiny, tmp_path / "p", lookahead=1)
+    q = Predictor.load(tmp_path / "p")
+    assert q.config == p.config
+    resid = torch.randn(4, 9, ih.model_info(tiny).d_model)
+    mask = torch.ones(4, 9, dtype=torch.long)
+    mask[1, :3] = 0
+    for l in range(p.n_layers):
+        assert torch.equal(p.held_heads(l, resid, mask), q.held_heads(l, resid, mask))
+    stored = json.loads((tmp_path / "p" / "predictor.json").read_text())
+    assert stored["lookahead"] == 1 and stored["score"] == "ahon_ln" and stored["threshold"] == TAU
+    other = tiny_gqa_model(seed=2, n_layers=2)
+    with pytest.raises(UserError, match=r"fit on 'tiny' \(3 layers, 6 heads.*but model .* has 2 layers"):
+        ih.evaluate(other, tiny_plan([[3, 4, 5]]), ablation=ih.PredictedAblation(tmp_path / "p"), progress=False)
+    with pytest.raises(UserError, match="not found"):
+        Predictor.load(tmp_path / "nothing")
+
+
+def test_a_predicted_ablation_round_trips_its_spec_and_runs_in_generation(tiny, tmp_path):
+    fit_tiny_predictor(tiny, tmp_path, lookahead=0)
+    spec = json.loads(json.dumps(ih.PredictedAblation(tmp_path).to_spec()))
+    assert spec == {"kind": "predicted", "path": str(tmp_path.resolve())}
+    prompts = random_sequences(3, seed=41, min_len=5, max_len=9)
+    for decision in ("prompt", "per_step"):
+        out = ih.generate(tiny, prompts, ablation=spec, decision=decision, max_new_tokens=3, progress=False)
+        assert 0.0 < out.realized_fraction < 1.0 and all(len(t) == 3 for t in out.tokens)
+
+
+def test_predict_command_errors_are_one_line(capsys, tmp_path):
+    assert cli.main(["predict", "eval", str(tmp_path), "--limit", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inactive-heads predict: error: no predictor in") and err.count("\n") == 1
+    assert cli.main(["predict", "fit", "--out", str(tmp_path)]) == 2
+    assert "predict fit needs --limit N" in capsys.readouterr().err
+
+
+def test_the_lm_eval_model_type_runs_a_predicted_ablation_from_its_spec(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from inactive_heads.lmeval import model as lmeval
+
+    class NoTokenizer:  # token ids come from lm-eval; the tiny model has no tokenizer files
+        eos_token_id, bos_token_id, name_or_path = 0, 1, "tiny"
+
+    monkeypatch.setattr(lmeval, "plain_tokenizer", lambda model: NoTokenizer())
+    fit_tiny_predictor(tiny, tmp_path, lookahead=1)
+    spec = {"kind": "predicted", "path": str(tmp_path.resolve())}
+    requests = [(None, ctx, cont) for ctx, cont in
+                zip(random_sequences(6, seed=51, min_len=5, max_len=15), random_sequences(6, seed=52, max_len=3))]
+    plain = lmeval.InactiveHeadsLM(tiny, progress=False)._loglikelihood_tokens(requests)
+    runs = [lmeval.InactiveHeadsLM(tiny, progress=False, ablation=spec, batch_size=b) for b in (1, 4)]
+    got = [lm._loglikelihood_tokens(requests) for lm in runs]
+    assert [ll for ll, _ in got[0]] == pytest.approx([ll for ll, _ in got[1]], abs=1e-5)
+    assert [ll for ll, _ in got[0]] != pytest.approx([ll for ll, _ in plain], abs=1e-3)
+    stats = [lm.stats["loglikelihood"] for lm in runs]
+    assert stats[0]["ablation"] == spec and 0 < stats[0]["realized_fraction"] == stats[1]["realized_fraction"] < 1
+
+
+def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
+    from inactive_heads.prediction import command
+
+    sequences = random_sequences(24, seed=61, min_len=6, max_len=20)
+    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
+    out = tmp_path / "p"
+    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
+                     "--lookahead", "0", "1", "--limit", "16", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["lookahead-0", "lookahead-1"]
+    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "eval.json").read_text())
+    assert result["n_heldout_questions"] == 8 and result["n_fit_questions_in_plan"] == 16
+    # the same figures computed here on the last 8 questions alone
+    held = collect_oracle(tiny, tiny_plan(sequences[16:]), "ahon_ln", TAU)
+    for path, entry in result["predictors"].items():
+        expected = compare(Predictor.load(path).predict(held.features), held.flags).to_dict()
+        assert entry["teacher_forced"]["summary"] == pytest.approx(expected["summary"], nan_ok=True)
+    assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
+                                       "none"}
+    assert printed.count("\nmean ") == 2
