@@ -15,6 +15,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from ..ablation.head_ablation import HeadAblation, register_ablation
+from ..core.checks import check_path
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..scoring.scores import LayerActivations
@@ -32,7 +33,7 @@ class PredictedAblation(HeadAblation):
 
     def __init__(self, path: "str | os.PathLike"):
         super().__init__()
-        self.path = str(Path(path).resolve())
+        self.path = str(check_path(path, "PredictedAblation path").resolve())
         self.predictor = Predictor.load(self.path)
         self._previous: tuple[Any, int, Tensor] | None = None  # (batch token, layer, pooled features)
 

@@ -15,6 +15,7 @@ layer 0 (lookahead 0 there).
 """
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from ..core.errors import MissingFileError, UserError
+from ..core.checks import check_int, check_path, result_fields
+from ..core.errors import MissingFileError, UserError, WrongTypeError
 from ..core.io import write_bytes_atomic, write_json_atomic
 from ..core.versions import library_versions
 
@@ -45,6 +47,12 @@ def pooled_features(
     >>> pooled_features(x, torch.tensor([[1, 0]])).tolist()  # [3, 4] / sqrt(12.5)
     [[0.8485280871391296, 1.1313707828521729]]
     """
+    if not isinstance(resid, Tensor) or resid.ndim != 3 or not resid.is_floating_point():
+        raise WrongTypeError(f"resid must be a float tensor [batch, pos, d_model], got {_described(resid)}")
+    if attention_mask is not None and (not isinstance(attention_mask, Tensor)
+                                       or tuple(attention_mask.shape) != tuple(resid.shape[:2])):
+        raise UserError(f"attention_mask must be a tensor [batch, pos] = {list(resid.shape[:2])} of 1 (real token) "
+                        f"and 0 (pad), or None; got {_described(attention_mask)}")
     x = resid if resid.dtype in (torch.float32, torch.float64) else resid.float()
     x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)
     if attention_mask is None:
@@ -98,17 +106,26 @@ class PredictorConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PredictorConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise UserError(f"predictor config has unknown fields {unknown}; was it written by a newer inactive-heads?")
-        return cls(**d)
+        config = cls(**result_fields(cls, d))
+        for name in ("n_layers", "n_heads", "d_model", "rank"):
+            check_int(getattr(config, name), f"predictor config field {name}")
+        check_int(config.format, "predictor config field format")
+        for name in ("threshold", "decision_threshold"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"predictor config field {name} must be a finite number, got {value!r}")
+        _check_lookahead(config.lookahead)
+        return config
 
 
 def _check_lookahead(lookahead) -> int:
     if lookahead not in LOOKAHEADS or isinstance(lookahead, bool):
         raise UserError(f"lookahead must be 0 or 1, got {lookahead!r}")
     return int(lookahead)
+
+
+def _described(value: Any) -> str:
+    return f"a tensor of shape {list(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
 
 
 def feature_layer(layer: int, lookahead: int) -> int:
@@ -174,10 +191,10 @@ class Predictor:
         """Which heads of ``layer`` to hold (not compute) for each row. ``resid`` is the residual
         stream entering layer ``layer - lookahead`` (layer 0 when that is negative), unnormalized;
         ``attention_mask`` is 1 for real tokens (left or right padding), None when all are real."""
-        if not (0 <= layer < self.n_layers):
-            raise UserError(f"layer {layer} does not exist; the predictor has layers 0..{self.n_layers - 1}")
-        if resid.ndim != 3 or resid.shape[-1] != self.config.d_model:
-            raise UserError(f"resid must be [batch, pos, {self.config.d_model}], got {tuple(resid.shape)}")
+        if isinstance(layer, bool) or not isinstance(layer, int) or not (0 <= layer < self.n_layers):
+            raise UserError(f"layer {layer!r} does not exist; the predictor has layers 0..{self.n_layers - 1}")
+        if not isinstance(resid, Tensor) or resid.ndim != 3 or resid.shape[-1] != self.config.d_model:
+            raise UserError(f"resid must be a tensor [batch, pos, {self.config.d_model}], got {_described(resid)}")
         return self.decide(layer, pooled_features(resid, attention_mask))
 
     def probe_macs(self, seq_len: int) -> int:
@@ -212,18 +229,27 @@ class Predictor:
         """A predictor saved by :meth:`save` (a directory holding its two files)."""
         from safetensors.torch import load
 
-        directory = Path(directory)
+        directory = check_path(directory, "predictor directory")
         for name in (CONFIG_FILE, WEIGHTS_FILE):
             if not (directory / name).is_file():
                 raise MissingFileError(f"{directory / name} not found; give the directory that `inactive-heads "
                                        "predict fit` wrote (it holds predictor.json and predictor.safetensors)")
         try:
-            config = PredictorConfig.from_dict(json.loads((directory / CONFIG_FILE).read_text()))
-        except (json.JSONDecodeError, TypeError) as err:
+            d = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+            raise UserError(f"{directory / CONFIG_FILE} is not a predictor config (not valid JSON: {err}); refit the "
+                            "predictor") from None
+        try:
+            config = PredictorConfig.from_dict(d)
+        except UserError as err:
             raise UserError(f"{directory / CONFIG_FILE} is not a predictor config: {err}") from None
         if config.format != FORMAT:
             raise UserError(f"{directory} holds a predictor of format {config.format}; this version reads {FORMAT}")
-        tensors = load((directory / WEIGHTS_FILE).read_bytes())
+        try:
+            tensors = load((directory / WEIGHTS_FILE).read_bytes())
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error class for a damaged file
+            raise UserError(f"{directory / WEIGHTS_FILE} is not a safetensors file ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0] if str(err) else ''}); refit the predictor") from None
         missing = [k for k in ("mean", "scale", "down", "up", "bias") if k not in tensors]
         if missing:
             raise UserError(f"{directory / WEIGHTS_FILE} lacks the weights {missing}; refit the predictor")
