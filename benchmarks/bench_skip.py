@@ -23,8 +23,9 @@ Steps, all in one run (inactive_heads.pruning.skipping; docs/skipping.md):
    KV bytes measured from the cache tensors against the accountant.
 
 The predictor fields (``predictor_precision``, ``predictor_recall``, ``predictor_cost_fraction``)
-belong to the causal predictor, not built on this branch: they are null unless ``--predictor DIR``
-is given and a loader for it exists. The last line printed is one JSON object.
+come from ``--predictor DIR``, a folder written by ``inactive-heads predict fit`` on which
+``inactive-heads predict eval`` has run (its held-out figures, lookahead 0, and the probe's cost
+at the prefill length of the ratios); null without it. The last line printed is one JSON object.
 
     python benchmarks/bench_skip.py --model smollm2-135m --threads 2
 """
@@ -46,14 +47,47 @@ def timed(fn, rounds: int) -> list[float]:
     return out
 
 
-def predictor_fields(directory):
-    """The predictor's held-out precision, recall and cost: null here. The causal predictor is
-    another part of issue 29, not on this branch; ``--predictor DIR`` is the place to wire its
-    loader (read lazily, only when given)."""
-    note = ("no --predictor given" if directory is None
-            else f"--predictor {directory}: reading a predictor is not wired on this branch")
-    return {"predictor_precision": None, "predictor_recall": None, "predictor_cost_fraction": None,
-            "predictor_note": note + "; the causal predictor is another part of issue 29"}
+def predictor_fields(directory, model=None, seq_len: int = 2048):
+    """The causal predictor's figures from a ``predict fit`` folder (or its ``lookahead-0`` folder):
+    held-out precision and recall (mean over layers, and pooled over (sequence, layer, head)) of
+    its lookahead-0 predictor, from the ``eval.json`` that ``predict eval`` wrote beside it, and
+    the probe's cost as a fraction of one layer's multiply-adds at ``seq_len`` tokens (the FLOP
+    model). Null, with a note, without ``--predictor``."""
+    empty = {"predictor_precision": None, "predictor_recall": None, "predictor_cost_fraction": None}
+    if directory is None:
+        return {**empty, "predictor_note": "no --predictor given (a folder from inactive-heads predict fit, "
+                                           "after predict eval)"}
+    from pathlib import Path
+
+    import inactive_heads as ih
+    from inactive_heads.prediction.command import predictor_dirs
+
+    dirs = {str(d.resolve()): d for d in predictor_dirs(directory)}
+    chosen = next((d for d in dirs.values() if ih.Predictor.load(d).lookahead == 0), None)
+    if chosen is None:
+        return {**empty, "predictor_note": f"no lookahead-0 predictor in {directory}"}
+    predictor = ih.Predictor.load(chosen)
+    out = dict(empty)
+    if model is not None:
+        from inactive_heads.pruning.accountant import model_shape
+
+        out["predictor_cost_fraction"] = predictor.cost_fraction(model_shape(model), seq_len)
+    folder = Path(directory) if (Path(directory) / "eval.json").is_file() else chosen.parent
+    report = folder / "eval.json"
+    if not report.is_file():
+        return {**out, "predictor_note": f"no {report}: run inactive-heads predict eval {folder} --limit N first"}
+    entries = json.loads(report.read_text())["predictors"]  # keyed by the folder's path when evaluated
+    entry = entries.get(str(chosen.resolve())) or next(
+        (v for k, v in entries.items() if Path(k).name == chosen.name), None)  # the folder moved since
+    if entry is None:
+        return {**out, "predictor_note": f"{report} does not hold {chosen}: run predict eval again"}
+    held_out = entry["teacher_forced"]["summary"]
+    return {**out, "predictor_precision": held_out["mean_precision"], "predictor_recall": held_out["mean_recall"],
+            "predictor_micro_precision": held_out["micro_precision"],
+            "predictor_micro_recall": held_out["micro_recall"],
+            "predictor_heldout_sequences": held_out["n_sequences"],
+            "predictor_note": f"{chosen}: held-out figures from {report} (teacher-forced; mean over layers and "
+                              "pooled); cost at the prefill length of the ratios"}
 
 
 def main():
@@ -71,7 +105,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--predictor", default=None, metavar="DIR")
+    parser.add_argument("--predictor", default=None, metavar="DIR",
+                        help="a predict fit folder, after predict eval: its held-out precision/recall and cost")
     args = parser.parse_args()
 
     import torch
@@ -170,7 +205,7 @@ def main():
 
     # 4. decode
     prompt = [stream[:args.context]]
-    kw = dict(decision="prompt", eos_token_id=-1, progress=False, batch_size=1)
+    kw = dict(decision="prompt", progress=False, batch_size=1)
     ablation = ih.StaticAblation(heads)
 
     def run(max_new, **extra_kw):
@@ -221,7 +256,7 @@ def main():
         "simulation_fused_vs_own_max_abs_diff": rounding_floor,
         "skip_logits_tolerance": tolerance,
         "skip_equals_simulation": bool(logits_diff <= tolerance and argmax_equal and tokens_equal),
-        **predictor_fields(args.predictor),
+        **predictor_fields(args.predictor, model, main_T),
     }))
 
 

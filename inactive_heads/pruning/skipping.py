@@ -464,7 +464,8 @@ def _by_groups(state: SkipState, layer: int, held: Tensor, n: int, n_keys: int, 
     b = held.shape[0]
     sets, inverse = torch.unique(held.cpu(), dim=0, return_inverse=True)
     if cached and sets.shape[0] > 1:
-        raise RuntimeError("head skipping with a KV cache needs one held set per batch")
+        raise UserError(f"head skipping with a KV cache needs one held set for the whole batch, got {sets.shape[0]}; "
+                        "generate(..., skip=True) batches prompts by held set, or call the model with use_cache=False")
     all_heads = list(range(state.shape.n_heads))
     kept_sets = [tuple(int(h) for h in torch.nonzero(~s).flatten()) for s in sets]
     unpacked = sum(not state.is_packed(layer, k) for k in kept_sets)

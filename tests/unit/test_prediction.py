@@ -263,3 +263,21 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
                                        "none"}
     assert printed.count("\nmean ") == 2
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_really_skipping_what_the_predictor_holds_equals_its_zeroing_simulation(tiny, features, tmp_path, lookahead):
+    """The predictor as the decider of the skipping forward (held heads never computed) against
+    PredictedAblation (every head computed, the held ones zeroed at hook_z): same logits."""
+    from inactive_heads.pruning.skipping import skip_logits
+
+    p = hand_predictor(tiny, features, lookahead, tmp_path)
+    tokens = torch.tensor(random_sequences(6, seed=21, min_len=10, max_len=10))
+    abl = ih.PredictedAblation(tmp_path)
+    with abl.apply(tiny), torch.inference_mode():
+        want = tiny(tokens)
+    masks = abl.stats.flagged_mask()
+    assert masks.any() and not masks.all()
+    with torch.inference_mode():
+        got = skip_logits(tiny, tokens, decider=p, rule="skip")
+    assert float((got - want).abs().max()) <= 1e-5
