@@ -422,24 +422,38 @@ def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> lis
         held.masks = masks[rows]
         with cached.forms(model):
             batch = cached(model, *(t.to(device) for t in _left_padded(prompts, rows)))
-            nxt = batch.logits.argmax(dim=-1)
-            while True:
-                keep = []
-                for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
-                    generated[i].append(int(t))
-                    if stopper.done(generated[i]):
-                        bar.update(1)
-                    else:
-                        keep.append(r)
-                if not keep:
-                    break
-                if len(keep) < len(rows):
-                    index = torch.tensor(keep, device=device)
-                    batch.keep(index)
-                    rows, nxt = [rows[r] for r in keep], nxt[index]
-                    held.masks = masks[rows]
-                nxt = batch.step(nxt).argmax(dim=-1)
+
+            def rows_left(rows: list[int]) -> None:
+                held.masks = masks[rows]
+
+            _decode_batch(batch, rows, generated, stopper, bar, rows_left)
     return generated
+
+
+def _decode_batch(batch, rows: list[int], generated: list[list[int]], stopper, bar, rows_left) -> tuple[int, int]:
+    """Greedy decoding of one prefilled batch until every row is done: each step appends each row's
+    token, drops the rows that are done (``rows_left(rows)`` is told the rows still running) and
+    steps the rest. Returns how many rows ran the last step and how many steps ran."""
+    device = batch.logits.device
+    nxt = batch.logits.argmax(dim=-1)
+    steps = 0
+    while True:
+        keep = []
+        for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
+            generated[i].append(int(t))
+            if stopper.done(generated[i]):
+                bar.update(1)
+            else:
+                keep.append(r)
+        if not keep:
+            return len(rows), steps
+        if len(keep) < len(rows):
+            index = torch.tensor(keep, device=device)
+            batch.keep(index)
+            rows, nxt = [rows[r] for r in keep], nxt[index]
+            rows_left(rows)
+        nxt = batch.step(nxt).argmax(dim=-1)
+        steps += 1
 
 
 def _decode_skipped(model, prompts, masks, stopper, batch_size, bar) -> tuple[list[list[int]], dict[str, Any]]:
@@ -478,27 +492,13 @@ def _decode_skipped(model, prompts, masks, stopper, batch_size, bar) -> tuple[li
                 batch = cached(model, tokens, pad)
                 figures["measured_prefill"] += cache_nbytes(batch.cache)
                 figures["predicted_prefill"] += predicted(mask, tokens.shape[1], len(rows))
-                length = tokens.shape[1]
-                nxt = batch.logits.argmax(dim=-1)
-                while True:
-                    keep = []
-                    for r, (i, t) in enumerate(zip(rows, nxt.tolist())):
-                        generated[i].append(int(t))
-                        if stopper.done(generated[i]):
-                            bar.update(1)
-                        else:
-                            keep.append(r)
-                    if not keep:
-                        figures["measured_end"] += cache_nbytes(batch.cache)
-                        figures["predicted_end"] += predicted(mask, length, len(rows))
-                        break
-                    if len(keep) < len(rows):
-                        index = torch.tensor(keep, device=device)
-                        batch.keep(index)
-                        rows, nxt = [rows[r] for r in keep], nxt[index]
-                        state.held = mask[None].expand(len(rows), -1, -1)
-                    nxt = batch.step(nxt).argmax(dim=-1)
-                    length += 1
+
+                def rows_left(rows: list[int], state=state, mask=mask) -> None:
+                    state.held = mask[None].expand(len(rows), -1, -1)
+
+                last_rows, steps = _decode_batch(batch, rows, generated, stopper, bar, rows_left)
+                figures["measured_end"] += cache_nbytes(batch.cache)
+                figures["predicted_end"] += predicted(mask, tokens.shape[1] + steps, last_rows)
     counts = removal_counts(shape, masks)
     n = max(len(prompts), 1)
     info = {

@@ -147,16 +147,23 @@ class ZeroMasks(ih.HeadAblation):
         return self.masks[acts.sequence_ids, acts.layer].to(acts.z.device)
 
 
-@pytest.mark.parametrize("lookahead", [0, 1])
-def test_predicted_ablation_zeroes_exactly_the_heads_held_heads_returns(tiny, features, tmp_path, lookahead):
-    p = hand_predictor(tiny, features, lookahead, tmp_path)
-    info = ih.model_info(tiny)
+def predicted_run(tiny, features, directory, lookahead):
+    """A hand-made predictor saved in ``directory``, and PredictedAblation(directory) run on six
+    sequences: (predictor, tokens, logits, per-sequence held mask), the mask neither empty nor full."""
+    p = hand_predictor(tiny, features, lookahead, directory)
     tokens = torch.tensor(random_sequences(6, seed=21, min_len=10, max_len=10))
-    abl = ih.PredictedAblation(tmp_path)
+    abl = ih.PredictedAblation(directory)
     with abl.apply(tiny), torch.inference_mode():
         logits = tiny(tokens)
     masks = abl.stats.flagged_mask()
     assert masks.any() and not masks.all()
+    return p, tokens, logits, masks
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_predicted_ablation_zeroes_exactly_the_heads_held_heads_returns(tiny, features, tmp_path, lookahead):
+    p, tokens, logits, masks = predicted_run(tiny, features, tmp_path, lookahead)
+    info = ih.model_info(tiny)
     assert not all(torch.equal(masks[0], masks[i]) for i in range(1, 6))  # decisions differ per sequence
     # The same heads zeroed by a per-sequence mask; the stream entering each layer read by plain hooks.
     resid = {}
@@ -271,13 +278,7 @@ def test_really_skipping_what_the_predictor_holds_equals_its_zeroing_simulation(
     PredictedAblation (every head computed, the held ones zeroed at hook_z): same logits."""
     from inactive_heads.pruning.skipping import skip_logits
 
-    p = hand_predictor(tiny, features, lookahead, tmp_path)
-    tokens = torch.tensor(random_sequences(6, seed=21, min_len=10, max_len=10))
-    abl = ih.PredictedAblation(tmp_path)
-    with abl.apply(tiny), torch.inference_mode():
-        want = tiny(tokens)
-    masks = abl.stats.flagged_mask()
-    assert masks.any() and not masks.all()
+    p, tokens, want, _ = predicted_run(tiny, features, tmp_path, lookahead)
     with torch.inference_mode():
         got = skip_logits(tiny, tokens, decider=p, rule="skip")
     assert float((got - want).abs().max()) <= 1e-5
