@@ -201,6 +201,32 @@ def generate(
     only; a share in (0, 1]): under grouped-query attention a KV group is held whole when at
     least that share of its query heads is held (docs/skipping.md, "The group-level rule").
     """
+    _check_options(model, decision, batch_size, reuse_prefix, skip, use_cache, hold_groups, until, eos_token_id)
+    prompts = _check_prompts(model, prompts, max_new_tokens)
+    ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
+    if len(ids) != len(prompts) or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
+                        f"ids, {len(set(ids))} distinct")
+    abl = as_ablation(ablation)
+    tokenizer = getattr(model, "tokenizer", None)
+    if until and tokenizer is None:
+        raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
+    eos = getattr(tokenizer, "eos_token_id", None) if eos_token_id is None else eos_token_id
+    stopper = _Stopper(tokenizer, eos, until, max_new_tokens)
+    start = time.perf_counter()
+    bar = tqdm(total=len(prompts), desc=f"generate [{decision}]", unit="seq", disable=not progress, leave=False)
+    if decision == "per_step":
+        out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix, ids)
+    else:
+        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache, ids, skip, hold_groups)
+    bar.close()
+    out.seconds = round(time.perf_counter() - start, 3)
+    return out
+
+
+def _check_options(model, decision, batch_size, reuse_prefix, skip, use_cache, hold_groups, until,
+                   eos_token_id) -> None:
+    """:func:`generate`'s options, each wrong one a one-line error naming it."""
     if decision not in DECISIONS:
         raise UserError(f"decision must be one of {', '.join(map(repr, DECISIONS))}, got {decision!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -217,31 +243,11 @@ def generate(
         from ..pruning.skipping import check_supported
 
         check_supported(model)
-    prompts = _check_prompts(model, prompts, max_new_tokens)
-    ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
-    if len(ids) != len(prompts) or len(set(ids)) != len(ids) or min(ids) < 0:
-        raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
-                        f"ids, {len(set(ids))} distinct")
-    abl = as_ablation(ablation)
     if isinstance(until, str) or not isinstance(until, (list, tuple)) or not all(isinstance(s, str) for s in until):
         raise WrongTypeError(f"until must be a list of stop strings, e.g. ['Question:'], got {until!r}")
     if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
                                      or eos_token_id < 0):
         raise UserError(f"eos_token_id must be a token id (an integer >= 0) or None, got {eos_token_id!r}")
-    tokenizer = getattr(model, "tokenizer", None)
-    if until and tokenizer is None:
-        raise UserError("until= needs the model's tokenizer to decode; pass until=() or a model with a tokenizer")
-    eos = getattr(tokenizer, "eos_token_id", None) if eos_token_id is None else eos_token_id
-    stopper = _Stopper(tokenizer, eos, until, max_new_tokens)
-    start = time.perf_counter()
-    bar = tqdm(total=len(prompts), desc=f"generate [{decision}]", unit="seq", disable=not progress, leave=False)
-    if decision == "per_step":
-        out = _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix, ids)
-    else:
-        out = _held(model, prompts, abl, stopper, batch_size, bar, use_cache, ids, skip, hold_groups)
-    bar.close()
-    out.seconds = round(time.perf_counter() - start, 3)
-    return out
 
 
 def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool,

@@ -58,8 +58,14 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     # the last column is the realized % of the p = 0.3 run.
     for key, label in (("ahon_ln", "AHON (LN)"), ("random", "Random")):
         row = re.search(rf"^ *\d+  {re.escape(label)} +(.*)$", text, re.M).group(1)
-        cells = re.findall(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row)
+        # A value or an interval end marked "≥" is a lower bound: the largest realized % (docs/report.md).
+        marked = re.findall(r"(≥ )?(-?[\d.]+) \[(≥ )?(-?[\d.]+), (≥ )?(-?[\d.]+)\]", row)
+        cells = [(v, lo, hi) for _, v, _, lo, _, hi in marked]
         assert len(cells) == 3 and all(float(lo) <= float(v) <= float(hi) for v, lo, hi in cells), row
+        for cell in marked:
+            for sign, number in zip(cell[::2], cell[1::2]):
+                if sign:
+                    assert float(number) == pytest.approx(float(row.split()[-1]), abs=0.05), row
         start, end = results.records[f"{key}@p=0.0"], results.records[f"{key}@p=0.3"]
         assert float(cells[1][0]) == pytest.approx((start["accuracy_percent"] + end["accuracy_percent"]) / 2,
                                                    abs=0.05), row

@@ -219,10 +219,20 @@ def parse_error(command: str) -> str | None:
                 parser = build_parser()
                 args = parser.parse_args(words[1:])
                 # argparse also takes a unique prefix (--static-calib); the docs must spell options out.
-                (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-                known = {o for p in (parser, sub.choices[args.command]) for a in p._actions for o in a.option_strings}
+                # The parsers along the command's path: the program, its sub-command, and a sub-sub-command
+                # when it has them (predict fit|eval).
+                path, current = [parser], parser
+                for word in words[1:]:
+                    subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+                    if not subs or word not in subs[0].choices:
+                        if subs:
+                            break
+                        continue
+                    current = subs[0].choices[word]
+                    path.append(current)
+                known = {o for p in path for a in p._actions for o in a.option_strings}
                 if wrong := [w.split("=")[0] for w in words[1:] if w.startswith("--") and w.split("=")[0] not in known]:
-                    return f"not an option of {words[0]} {args.command}: {', '.join(wrong)}"
+                    return f"not an option of {' '.join(p.prog for p in path[-1:])}: {', '.join(wrong)}"
             else:  # inactive-heads-lm-eval: lm-eval's parser, after the one option of ours (lmeval.model.main)
                 from lm_eval._cli.harness import HarnessCLI
 
