@@ -569,19 +569,13 @@ def _self_if_empty(allowed: Tensor, offset: int) -> Tensor:
 def held_mask(model, held, batch: int) -> Bool[Tensor, "batch layer head"]:
     """``held`` as a ``[batch, layer, head]`` mask: a ``[layer, head]`` mask broadcast, a
     ``[batch, layer, head]`` one, or (layer, head) pairs / a ``HeadSet`` (the same for every row)."""
-    from .accountant import model_shape
+    from .accountant import _mask, model_shape
 
     shape = model_shape(model)
     if held is None:
         return torch.zeros((batch, shape.n_layers, shape.n_heads), dtype=torch.bool)
     if not torch.is_tensor(held):
-        pairs = [(int(l), int(h)) for l, h in held]
-        mask = torch.zeros((shape.n_layers, shape.n_heads), dtype=torch.bool)
-        for l, h in pairs:
-            if not (0 <= l < shape.n_layers and 0 <= h < shape.n_heads):
-                raise UserError(f"head ({l}, {h}) is outside {shape.n_layers} layers x {shape.n_heads} heads")
-            mask[l, h] = True
-        held = mask
+        held = _mask(shape, held)  # (layer, head) pairs, checked against the model as the accountant does
     held = held.to(torch.bool).cpu()
     if held.ndim == 2:
         held = held[None].expand(batch, -1, -1)
