@@ -359,30 +359,42 @@ def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAbl
 
 def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: list[int], skip: bool = False,
           hold_groups: float | None = None) -> GenerationOutput:
-    info = model_info(model)
-    masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
-             else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
-    if hold_groups is not None:
-        from ..pruning.skipping import group_level
+    from ..pruning.skipping import Decider
 
-        masks = group_level(masks, info.n_kv_heads, hold_groups)
+    info = model_info(model)
     cached = use_cache and (is_hooked_transformer(model) or hf_head_logits_supported(model))
     skipped = None
     if skip and not cached:
         raise UserError("skip=True needs a model with a cached decode (a HookedTransformer, or a bridge whose "
                         "head is one linear map)")
-    if skip:
+    if skip and hold_groups is None and isinstance(abl, Decider):
+        # a causal decider (the predictor) decides inside the skipped prefill: no separate decision pass
+        abl.reset(model)
         with torch.inference_mode():
-            generated, skipped = _decode_skipped(model, prompts, masks, stopper, batch_size, bar)
+            generated, skipped, masks = _decode_decided(model, prompts, abl, stopper, bar)
+        masks = masks.clone()  # a normal tensor (made under inference mode), counted as a decision pass would
+        ids = torch.tensor(prompt_ids, dtype=torch.long)
+        for layer in range(info.n_layers):
+            abl.stats.add(layer, ids, masks[:, layer], batch=0)
     else:
-        held = _HeldHeads(model)
-        with installed(model, held.hooks()), torch.inference_mode():
-            if cached:
-                generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
-            else:
-                generated = [[] for _ in prompts]
-                _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
-                                 lambda members, valid: setattr(held, "masks", masks[members]))
+        masks = (decide_on_prompts(model, prompts, abl, batch_size, prompt_ids) if abl is not None
+                 else torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool))
+        if hold_groups is not None:
+            from ..pruning.skipping import group_level
+
+            masks = group_level(masks, info.n_kv_heads, hold_groups)
+        if skip:
+            with torch.inference_mode():
+                generated, skipped = _decode_skipped(model, prompts, masks, stopper, batch_size, bar)
+        else:
+            held = _HeldHeads(model)
+            with installed(model, held.hooks()), torch.inference_mode():
+                if cached:
+                    generated = _decode_cached(model, prompts, masks, held, stopper, batch_size, bar)
+                else:
+                    generated = [[] for _ in prompts]
+                    _decode_uncached(model, prompts, generated, stopper, batch_size, bar,
+                                     lambda members, valid: setattr(held, "masks", masks[members]))
     tokens = [len(g) for g in generated]
     out = GenerationOutput(generated, "prompt", cached, n_forward_passes=sum(tokens))
     if abl is not None:
@@ -468,6 +480,42 @@ def _decode_skipped(model, prompts, masks, stopper, batch_size, bar) -> tuple[li
     finished row leaving its batch), each batch's cache holding only its kept KV heads. The
     resident KV bytes of every batch's cache tensors are measured after the prefill and at the
     end, beside the accountant's prediction for the same heads, rows and cached tokens."""
+    groups: dict[bytes, list[int]] = {}
+    for i in range(len(prompts)):
+        groups.setdefault(masks[i].numpy().tobytes(), []).append(i)
+    batches = []
+    for members in groups.values():
+        order = sorted(members, key=lambda i: (-len(prompts[i]), i))
+        batches += [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    return _skipped_batches(model, prompts, batches, masks, stopper, bar)
+
+
+def _decode_decided(model, prompts, decider, stopper,
+                    bar) -> tuple[list[list[int]], dict[str, Any], Bool[Tensor, "prompt layer head"]]:
+    """:func:`_decode_skipped` with the held heads decided inside the skipped prefill by a causal
+    ``decider`` (``lookahead`` and ``held_heads``, e.g. :class:`~inactive_heads.prediction.PredictedAblation`),
+    each layer's decision made before its heads would run: no separate decision pass. Each prompt
+    runs alone (its set is known only after its prefill), then decodes holding what was decided.
+    Returns the tokens, the skipping figures and the decided ``[prompt, layer, head]`` masks."""
+    info = model_info(model)
+    masks = torch.zeros((len(prompts), info.n_layers, info.n_heads), dtype=torch.bool)
+
+    def record(rows: list[int], state) -> None:
+        (row,) = rows
+        masks[row] = torch.stack([state.decided[layer][0] for layer in range(info.n_layers)]).cpu()
+        state.decider = None  # the decoding steps hold the prompt's decision
+
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    generated, figures = _skipped_batches(model, prompts, [[i] for i in order], masks, stopper, bar,
+                                          decider=decider, after_prefill=record)
+    return generated, figures, masks
+
+
+def _skipped_batches(model, prompts, batches: list[list[int]], masks, stopper, bar, *, decider=None,
+                     after_prefill=None) -> tuple[list[list[int]], dict[str, Any]]:
+    """Prefill and decode each batch of rows (all holding ``masks[rows[0]]``) inside
+    :func:`~inactive_heads.pruning.skipping.skipping`, measuring the cache's bytes; with a
+    ``decider`` the prefill decides the held heads and ``after_prefill(rows, state)`` fills ``masks``."""
     from ..pruning.accountant import model_shape, removal_counts, savings
     from ..pruning.skipping import cache_nbytes, skipping
 
@@ -476,40 +524,37 @@ def _decode_skipped(model, prompts, masks, stopper, batch_size, bar) -> tuple[li
     cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
     device = model_device(model)
     generated: list[list[int]] = [[] for _ in prompts]
-    groups: dict[bytes, list[int]] = {}
-    for i in range(len(prompts)):
-        groups.setdefault(masks[i].numpy().tobytes(), []).append(i)
     figures = {"measured_prefill": 0, "predicted_prefill": 0, "measured_end": 0, "predicted_end": 0}
-    batches = 0
 
     def predicted(mask: Tensor, tokens: int, rows: int) -> int:
         heads = [tuple(p) for p in torch.nonzero(mask).tolist()]
         s = savings(shape, heads, seq_len=max(tokens, 1), dtype=dtype, kv_lengths=(tokens,))
         return rows * (s.kv_cache_bytes[tokens] - s.kv_cache_bytes_removed[tokens])
 
-    for members in groups.values():
-        mask = masks[members[0]]
-        order = sorted(members, key=lambda i: (-len(prompts[i]), i))
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            batches += 1
-            with skipping(model, mask[None].expand(len(rows), -1, -1), rule="skip") as state:
-                tokens, pad = (t.to(device) for t in _left_padded(prompts, rows))
-                batch = cached(model, tokens, pad)
-                figures["measured_prefill"] += cache_nbytes(batch.cache)
-                figures["predicted_prefill"] += predicted(mask, tokens.shape[1], len(rows))
+    for rows in batches:
+        held = None if decider is not None else masks[rows[0]][None].expand(len(rows), -1, -1)
+        with skipping(model, held, decider=decider, rule="skip") as state:
+            tokens, pad = (t.to(device) for t in _left_padded(prompts, rows))
+            batch = cached(model, tokens, pad)
+            if after_prefill is not None:
+                after_prefill(rows, state)
+            mask = masks[rows[0]]
+            state.held = mask[None].expand(len(rows), -1, -1)
+            figures["measured_prefill"] += cache_nbytes(batch.cache)
+            figures["predicted_prefill"] += predicted(mask, tokens.shape[1], len(rows))
 
-                def rows_left(rows: list[int], state=state, mask=mask) -> None:
-                    state.held = mask[None].expand(len(rows), -1, -1)
+            def rows_left(rows: list[int], state=state, mask=mask) -> None:
+                state.held = mask[None].expand(len(rows), -1, -1)
 
-                last_rows, steps = _decode_batch(batch, rows, generated, stopper, bar, rows_left)
-                figures["measured_end"] += cache_nbytes(batch.cache)
-                figures["predicted_end"] += predicted(mask, tokens.shape[1] + steps, last_rows)
+            last_rows, steps = _decode_batch(batch, rows, generated, stopper, bar, rows_left)
+            figures["measured_end"] += cache_nbytes(batch.cache)
+            figures["predicted_end"] += predicted(mask, tokens.shape[1] + steps, last_rows)
     counts = removal_counts(shape, masks)
     n = max(len(prompts), 1)
     info = {
         "kind": "measured",
-        "batches": batches,
+        "batches": len(batches),
+        "decided_in_prefill": decider is not None,
         "kv_bytes_measured_prefill": figures["measured_prefill"],
         "kv_bytes_predicted_prefill": figures["predicted_prefill"],
         "kv_bytes_measured_end": figures["measured_end"],

@@ -11,11 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jaxtyping import Bool
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..ablation.head_ablation import HeadAblation, register_ablation
 from ..core.checks import check_path
+from ..pruning.skipping import group_level
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..scoring.scores import LayerActivations
@@ -25,20 +26,31 @@ from .probe import Predictor, pooled_features
 @register_ablation("predicted")
 class PredictedAblation(HeadAblation):
     """Zero the heads the predictor saved in ``path`` holds for each sequence (spec:
-    ``{"kind": "predicted", "path": DIR}``; ``path`` is stored absolute)."""
+    ``{"kind": "predicted", "path": DIR}``; ``path`` is stored absolute).
+
+    ``hold_groups=F`` applies the group-level rule (:func:`~inactive_heads.pruning.skipping.group_level`)
+    to each decision: under grouped-query attention a KV group at least ``F`` of whose query heads
+    are held is held whole, so its KV head can be freed (more heads zeroed than predicted)."""
 
     reads = ("z", "resid_pre")
     # The decision pools the whole sequence: inputs sharing a prefix decide differently on it.
     shares_prefix = False
 
-    def __init__(self, path: "str | os.PathLike"):
+    def __init__(self, path: "str | os.PathLike", hold_groups: float | None = None):
         super().__init__()
         self.path = str(check_path(path, "PredictedAblation path").resolve())
+        if hold_groups is not None:
+            if isinstance(hold_groups, bool) or not isinstance(hold_groups, (int, float)) or not 0 < hold_groups <= 1:
+                raise UserError(f"PredictedAblation hold_groups must be a fraction in (0, 1] (e.g. 0.5: hold a KV "
+                                f"group when half its query heads are held), got {hold_groups!r}")
+            hold_groups = float(hold_groups)
+        self.hold_groups = hold_groups
         self.predictor = Predictor.load(self.path)
         self._previous: tuple[Any, int, Tensor] | None = None  # (batch token, layer, pooled features)
+        self._n_kv_heads: int | None = None
 
     def params(self) -> dict[str, Any]:
-        return {"path": self.path}
+        return {"path": self.path} if self.hold_groups is None else {"path": self.path, "hold_groups": self.hold_groups}
 
     @property
     def lookahead(self) -> int:
@@ -48,7 +60,18 @@ class PredictedAblation(HeadAblation):
         info = model_info(model)
         self.predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
         self._previous = None
+        self._n_kv_heads = info.n_kv_heads
         super().reset(model)
+
+    def held_heads(self, layer: int, resid: Float[Tensor, "batch pos d_model"],
+                   attention_mask: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch head"]:
+        """The decider form (:class:`~inactive_heads.pruning.skipping.Decider`): the predictor's
+        held heads of ``layer`` from the stream ``resid`` entering layer ``layer - lookahead``, with
+        the group-level rule when ``hold_groups`` is set; :meth:`reset` first."""
+        held = self.predictor.held_heads(layer, resid, attention_mask)
+        if self.hold_groups is not None:
+            held = group_level(held, self._n_kv_heads, self.hold_groups)
+        return held
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
         """The held heads of this layer, from the pooled stream entering it (lookahead 0) or
@@ -65,4 +88,7 @@ class PredictedAblation(HeadAblation):
                                 f"{acts.layer - 1} of the same forward pass; layers must run in order")
             use = previous[2]
         self._previous = (acts.batch, acts.layer, features)
-        return self.predictor.decide(acts.layer, use)
+        held = self.predictor.decide(acts.layer, use)
+        if self.hold_groups is not None:
+            held = group_level(held, self._n_kv_heads, self.hold_groups)
+        return held

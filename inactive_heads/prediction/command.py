@@ -1,7 +1,9 @@
 """``inactive-heads predict fit|eval``: the command's options and logic (``cli.py`` registers it).
 
 ``fit`` calibrates τ on the first ``--limit`` questions (nothing zeroed), runs the in-pass oracle
-on them, fits one predictor per ``--lookahead`` and saves each to ``OUT/lookahead-K/``.
+on them, fits one predictor per ``--lookahead`` and saves each to ``OUT/lookahead-K/``. For a
+generation task (GSM8K) the questions' inputs are their prompts, where ``decision="prompt"``
+decides the heads it holds while generating.
 ``eval DIR`` runs the oracle on the first ``--limit`` questions *after* the fit's (the plan is
 built for fit + limit questions; the fit's questions are left out by identity) and prints, per
 predictor, per-layer precision and recall against the oracle with the realized fractions.
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
     fit = sub.add_parser("fit", help="fit predictors of the in-pass oracle on a task's first questions",
                          description="fit predictors of the in-pass oracle on a task's first --limit questions")
     model_arguments(fit)
-    task_arguments(fit, default_task="piqa")
+    task_arguments(fit, default_task="piqa", generation=True)
     fit.add_argument("--score", default="ahon_ln", help="score key of the oracle (default ahon_ln)")
     which = fit.add_mutually_exclusive_group()
     which.add_argument("--p", type=quantile, default=None,
@@ -42,12 +44,27 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
     ev.add_argument("dir", help="a folder from predict fit (or one predictor's lookahead-K folder)")
     model_arguments(ev)
     ev.set_defaults(model=None)
-    task_arguments(ev, default_task=None)
+    task_arguments(ev, default_task=None, generation=True)
+    ev.add_argument("--max-gen-toks", type=positive_int, default=None, metavar="N",
+                    help="generation tasks (gsm8k): new tokens at most (default 256, the authors')")
     ev.add_argument("--no-closed-loop", dest="closed_loop", action="store_false",
                     help="skip running the predictor as the ablation (teacher-forced figures only)")
     ev.add_argument("--baselines", action="store_true",
                     help="also evaluate a static set and Random at the oracle's realized fraction")
+    ev.add_argument("--hold-groups", type=_group_fraction, default=None, metavar="F",
+                    help="also run each predictor with the group-level rule: a KV group at least F of whose "
+                    "query heads are held is held whole (e.g. 0.5)")
     ev.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+
+
+def _group_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] (e.g. 0.5), got {text!r}")
+    return value
 
 
 def predictor_dirs(path) -> list[Path]:
@@ -69,14 +86,15 @@ def run(args: argparse.Namespace, *, load: Callable) -> int:
 
 
 def _plan(model, args, limit: int | None):
-    from ..evaluation.evaluator import plan_evaluation
+    """The task's requests: a multiple-choice plan, or a generation task's prompts (GSM8K)."""
+    from ..evaluation.registry import plan_for_task
 
-    return plan_evaluation(model, args.task, subjects=args.subjects, limit=limit, num_fewshot=args.num_fewshot,
-                           apply_chat_template=args.apply_chat_template)
+    return plan_for_task(model, args.task, subjects=args.subjects, limit=limit, num_fewshot=args.num_fewshot,
+                         apply_chat_template=args.apply_chat_template)
 
 
 def _fit(args, load) -> int:
-    from .oracle import calibrated_threshold, collect_oracle, fit_from_oracle
+    from .oracle import calibrated_threshold, collect_task_oracle, fit_from_oracle
 
     if args.limit is None:
         raise UserError("predict fit needs --limit N: the first N questions are the fit split (predict eval "
@@ -87,7 +105,7 @@ def _fit(args, load) -> int:
     p = None if args.threshold is not None else (args.p if args.p is not None else 0.1)
     threshold = args.threshold if args.threshold is not None else calibrated_threshold(
         model, plan, args.score, p, batch_size=args.batch_size)
-    data = collect_oracle(model, plan, args.score, threshold, batch_size=args.batch_size)
+    data = collect_task_oracle(model, plan, args.score, threshold, batch_size=args.batch_size)
     out = Path(args.out)
     for lookahead in lookaheads:
         predictor = fit_from_oracle(data, model=args.model, score=args.score, threshold=threshold,
@@ -103,6 +121,7 @@ def _fit(args, load) -> int:
 
 
 def _eval(args, load) -> int:
+    from ..evaluation.tasks import task_kind
     from .oracle import evaluate_predictors
 
     dirs = predictor_dirs(args.dir)
@@ -123,8 +142,13 @@ def _eval(args, load) -> int:
         args.num_fewshot = first.fit.get("num_fewshot")
     model = load(args)
     plan = _plan(model, args, fit_limit + args.limit)
+    if args.hold_groups is not None and not args.closed_loop:
+        raise UserError("--hold-groups runs each predictor as an ablation; drop --no-closed-loop")
+    if args.max_gen_toks is not None and task_kind(task) != "generation":
+        raise UserError(f"--max-gen-toks applies to generation tasks (gsm8k), not {task}; drop it")
     result = evaluate_predictors(model, predictors, plan, batch_size=args.batch_size,
-                                 closed_loop=args.closed_loop, baselines=args.baselines)
+                                 closed_loop=args.closed_loop, baselines=args.baselines,
+                                 max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups)
     base = Path(args.dir)
     write_json_atomic((base if base.is_dir() else base.parent) / "eval.json", result)
     if args.json:
@@ -171,6 +195,10 @@ def format_eval(result: dict) -> str:
                   f"pooled over layers: precision {_num(s['micro_precision'])}, recall {_num(s['micro_recall'])}"
                   + (f"; closed loop {_num(cl['summary']['micro_precision'])}, {_num(cl['summary']['micro_recall'])}"
                      if cl else ""),
+                  *([f"KV groups wholly held (freed by a real skip): {_pct(cl.get('kv_groups_held_fraction', float('nan')))}%"
+                     + (f"; with the group-level rule at {entry['group_level']['hold_groups']:g}: "
+                        f"{_pct(entry['group_level']['kv_groups_held_fraction'])}%" if "group_level" in entry else "")]
+                    if cl else []),
                   f"probe cost: {100 * cost['at_mean_len']:.3f}% of a layer's multiply-adds at the mean length "
                   f"{cost['mean_seq_len']} tokens ({100 * cost['at_min_len']:.3f}% at the shortest, {cost['min_seq_len']})"]
     if result.get("accuracy"):

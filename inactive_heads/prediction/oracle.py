@@ -2,6 +2,10 @@
 task's inputs, keeping per (sequence, layer) the pooled residual stream entering the layer and
 the oracle's flags; splitting by question; fitting and evaluating against held-out questions.
 
+A multiple-choice task's inputs are its plan's forward inputs; a generation task's (GSM8K) are its
+prompts, where the oracle decides once and holds the heads for every generated token
+(``decision="prompt"``), so the predictor is fit and checked on that same prompt pass.
+
 The features come from the oracle's own pass: the stream entering layer ``l`` already reflects the
 oracle's zeroing in layers before ``l`` (the cascade), as a predictor running in place of the
 oracle would see its own. Each feature is reduced inside the layer's hook (pooled to
@@ -58,8 +62,18 @@ class OracleData:
 
 
 def question_key(request) -> str:
-    """A question's identity across plans of different ``limit`` (subject and prompt text)."""
-    return hashlib.sha1(f"{request.subject}\x00{request.context_text}".encode()).hexdigest()[:16]
+    """A question's identity across plans of different ``limit`` (subject and prompt text; a
+    generation request has no subject)."""
+    subject = getattr(request, "subject", None)
+    return hashlib.sha1(f"{subject}\x00{request.context_text}".encode()).hexdigest()[:16]
+
+
+def _is_generation(plan) -> bool:
+    return not isinstance(plan, EvalPlan)
+
+
+def _prompts(requests) -> list[list[int]]:
+    return [list(r.context_ids) for r in requests]
 
 
 def collect_oracle(model, plan: EvalPlan, score: str, threshold: float, *, batch_size: int = 8,
@@ -79,10 +93,39 @@ def collect_oracle(model, plan: EvalPlan, score: str, threshold: float, *, batch
     return OracleData(oracle.features.cpu(), flags, keys, [len(x) for x in plan.inputs], result)
 
 
-def calibrated_threshold(model, plan: EvalPlan, score: str, p: float, *, batch_size: int = 8) -> float:
-    """τ of ``score`` at quantile ``p`` from the plan's inputs with nothing zeroed (the paper's
-    calibration, on the fit questions only)."""
-    scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=False).head_scores
+def collect_oracle_prompts(model, requests, score: str, threshold: float, *, batch_size: int = 8) -> OracleData:
+    """The in-pass oracle on a generation task's prompts (``requests`` from ``plan_for_task``,
+    e.g. GSM8K): the pass in which ``decision="prompt"`` decides the heads it then holds; one
+    input per prompt."""
+    from ..evaluation.generation import decide_on_prompts
+
+    info = model_info(model)
+    prompts = _prompts(requests)
+    if not prompts:
+        raise UserError("no prompt to run the oracle on")
+    oracle = _OracleWithFeatures(score, threshold, len(prompts), info.n_layers, info.d_model)
+    flags = decide_on_prompts(model, prompts, oracle, batch_size)
+    return OracleData(oracle.features.cpu(), flags, [question_key(r) for r in requests],
+                      [len(p) for p in prompts], None)
+
+
+def collect_task_oracle(model, plan, score: str, threshold: float, *, batch_size: int = 8) -> OracleData:
+    """:func:`collect_oracle` for a multiple-choice plan, :func:`collect_oracle_prompts` for a
+    generation task's requests."""
+    if _is_generation(plan):
+        return collect_oracle_prompts(model, plan, score, threshold, batch_size=batch_size)
+    return collect_oracle(model, plan, score, threshold, batch_size=batch_size)
+
+
+def calibrated_threshold(model, plan, score: str, p: float, *, batch_size: int = 8) -> float:
+    """τ of ``score`` at quantile ``p`` from the plan's inputs (a generation task: its prompts)
+    with nothing zeroed (the paper's calibration, on the fit questions only)."""
+    if _is_generation(plan):
+        from ..scoring.recording import record_scores
+
+        scores = record_scores(model, _prompts(plan), [score], batch_size=batch_size, progress=False)
+    else:
+        scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=False).head_scores
     return calibrate(scores, score, [p]).at(p)
 
 
@@ -100,8 +143,9 @@ def fit_from_oracle(data: OracleData, *, model: str, score: str, threshold: floa
     return predictor
 
 
-def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan, *, batch_size: int = 8,
-                        closed_loop: bool = True, baselines: bool = False) -> dict[str, Any]:
+def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_size: int = 8,
+                        closed_loop: bool = True, baselines: bool = False,
+                        max_gen_toks: int | None = None, hold_groups: float | None = None) -> dict[str, Any]:
     """Predictors (by their saved path) against the oracle on the plan's inputs whose questions
     they were not fit on. They must share one score and threshold (one oracle).
 
@@ -111,6 +155,16 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan,
     the oracle's and both accuracies on the held-out questions. ``baselines``: also a static set of
     the oracle's held-out realized fraction — the (layer, head) pairs the oracle flags most often on
     the plan's fit questions — and Random at that fraction (seed 0).
+
+    ``plan`` is an :class:`EvalPlan` or a generation task's requests (GSM8K, from ``plan_for_task``).
+    For the latter the oracle and the predictors decide on each prompt and hold their heads for
+    every generated token (``decision="prompt"``, at most ``max_gen_toks`` new tokens, default
+    256); accuracy is strict exact match (``correct``), with the flexible one beside it.
+
+    ``hold_groups=F`` (with ``closed_loop``): each predictor also runs with the group-level rule
+    (``PredictedAblation(path, hold_groups=F)``), its accuracy beside the others'. Every closed-loop
+    run reports ``kv_groups_held_fraction``: the share of (sequence, layer, KV group) whose query
+    heads are all held, the KV heads a real skip frees.
     """
     from .ablation import PredictedAblation
 
@@ -124,24 +178,45 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan,
     for path, predictor in predictors.items():
         predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
     start = time.perf_counter()
-    data = collect_oracle(model, plan, score, threshold, batch_size=batch_size)
+    data = collect_task_oracle(model, plan, score, threshold, batch_size=batch_size)
     fit_questions = set().union(*(set(p.config.fit.get("questions", ())) for p in predictors.values()))
     keep = [k not in fit_questions for k in data.question_keys]
     if not any(keep):
         raise UserError("every question of this plan was used to fit the predictor; evaluate on others "
                         "(a larger --limit: the first questions are the fit's)")
     held = select(data, keep)
-    heldout_plan = plan.subset([i for i, k in enumerate(keep) if k])
+    kept = [i for i, k in enumerate(keep) if k]
+    if _is_generation(plan):
+        from ..evaluation.generation import evaluate_generation
+
+        heldout = [plan[i] for i in kept]
+
+        def run(ablation, **options):
+            return evaluate_generation(model, heldout[0].task, ablation=ablation, decision="prompt", requests=heldout,
+                                       max_gen_toks=max_gen_toks, batch_size=batch_size, progress=False)
+
+        def loop_flags(abl) -> Tensor:  # each held-out prompt's flags, in held-out order (ids 0..n-1)
+            flags = abl.stats.flagged_mask()
+            missing = len(heldout) - flags.shape[0]
+            return torch.cat([flags, flags.new_zeros((missing, *flags.shape[1:]))]) if missing > 0 else flags
+    else:
+        heldout_plan = plan.subset(kept)
+
+        def run(ablation, **options):
+            return evaluate(model, heldout_plan, ablation=ablation, batch_size=batch_size, progress=False, **options)
+
+        def loop_flags(abl) -> Tensor:
+            return abl.stats.flagged_mask()[heldout_plan.sequence_ids]
     out: dict[str, Any] = {
-        "score": score, "threshold": threshold, "task": plan.task,
+        "score": score, "threshold": threshold, "task": plan[0].task if _is_generation(plan) else plan.task,
         "n_heldout_sequences": len(held.lengths), "n_heldout_questions": len(set(held.question_keys)),
         "n_fit_questions_in_plan": len(set(data.question_keys) & fit_questions), "predictors": {},
     }
+    if _is_generation(plan):
+        out["decision"] = "prompt"
     accuracy: dict[str, Any] = {}
     if closed_loop:
-        oracle_run = evaluate(model, heldout_plan, ablation=DynamicAblation(score, threshold),
-                              batch_size=batch_size, progress=False)
-        accuracy["oracle"] = _run_summary(oracle_run)
+        accuracy["oracle"] = _run_summary(run(DynamicAblation(score, threshold)))
     for path, predictor in predictors.items():
         entry: dict[str, Any] = {
             "lookahead": predictor.lookahead, "rank": predictor.config.rank,
@@ -149,10 +224,19 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan,
             "cost_fraction": cost_fraction(model, predictor, held.lengths),
         }
         if closed_loop:
+            name = f"predicted_lookahead{predictor.lookahead}"
             abl = PredictedAblation(path)
-            run = evaluate(model, heldout_plan, ablation=abl, batch_size=batch_size, progress=False)
-            entry["closed_loop"] = compare(abl.stats.flagged_mask()[heldout_plan.sequence_ids], held.flags).to_dict()
-            accuracy[f"predicted_lookahead{predictor.lookahead}"] = _run_summary(run)
+            result = run(abl)
+            flags = loop_flags(abl)
+            entry["closed_loop"] = compare(flags, held.flags).to_dict()
+            entry["closed_loop"]["kv_groups_held_fraction"] = whole_groups_fraction(flags, info.n_kv_heads)
+            accuracy[name] = _run_summary(result)
+            if hold_groups is not None:
+                grouped = PredictedAblation(path, hold_groups=hold_groups)
+                accuracy[f"{name}_groups"] = _run_summary(run(grouped))
+                entry["group_level"] = {
+                    "hold_groups": hold_groups,
+                    "kv_groups_held_fraction": whole_groups_fraction(loop_flags(grouped), info.n_kv_heads)}
         out["predictors"][path] = entry
     if baselines:
         fraction = float(held.flags.double().mean())
@@ -162,19 +246,27 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan: EvalPlan,
             k = int(round(fraction * counts.numel()))
             top = counts.argsort(descending=True, stable=True)[:k].tolist()
             heads = [(i // info.n_heads, i % info.n_heads) for i in top]
-            accuracy["static"] = _run_summary(evaluate(model, heldout_plan, ablation=StaticAblation(heads),
-                                                       batch_size=batch_size, progress=False))
-        accuracy["random"] = _run_summary(evaluate(model, heldout_plan, ablation=RandomAblation(fraction, seed=0),
-                                                   batch_size=batch_size, progress=False))
-        accuracy["none"] = _run_summary(evaluate(model, heldout_plan, batch_size=batch_size, progress=False,
-                                                 attention="exact"))
+            accuracy["static"] = _run_summary(run(StaticAblation(heads)))
+        accuracy["random"] = _run_summary(run(RandomAblation(fraction, seed=0)))
+        accuracy["none"] = _run_summary(run(None) if _is_generation(plan) else run(None, attention="exact"))
     out["accuracy"] = accuracy
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
 
 
+def whole_groups_fraction(flags: Bool[Tensor, "seq layer head"], n_kv_heads: int) -> float:
+    """The share of (sequence, layer, KV group) whose query heads are all held: the KV heads a
+    real skip frees (every one under multi-head attention, where each group is one head)."""
+    groups = flags.reshape(*flags.shape[:-1], n_kv_heads, flags.shape[-1] // n_kv_heads)
+    return float(groups.all(dim=-1).double().mean()) if groups.numel() else 0.0
+
+
 def _run_summary(result) -> dict[str, Any]:
-    return {"accuracy": result.accuracy, "realized_fraction": result.realized_fraction, "correct": result.correct}
+    summary = {"accuracy": result.accuracy, "realized_fraction": result.realized_fraction, "correct": result.correct}
+    if hasattr(result, "correct_flexible"):  # a generation task: the flexible filter's answers beside the strict
+        summary.update(accuracy_flexible=result.accuracy_flexible, correct_flexible=result.correct_flexible,
+                       n_generated_tokens=result.n_generated_tokens)
+    return summary
 
 
 def cost_fraction(model, predictor: Predictor, lengths: list[int]) -> dict[str, Any]:

@@ -244,6 +244,7 @@ class SkipState:
     rule: str = "auto"
     choices: list[LayerChoice] = field(default_factory=list)
     resid: dict[int, Tensor] = field(default_factory=dict)
+    decided: dict[int, Tensor] = field(default_factory=dict)  # the decider's last [batch, head] per layer
     _masks: list = field(default_factory=list, repr=False, init=False)
 
     def allowed(self, mask, rows, n: int, n_keys: int, build):
@@ -267,6 +268,7 @@ class SkipState:
             if tuple(flags.shape) != (batch, self.shape.n_heads):
                 raise UserError(f"the decider's held_heads({layer}, ...) must be [batch, head] = "
                                 f"[{batch}, {self.shape.n_heads}]; got {tuple(flags.shape)}")
+            self.decided[layer] = flags
             return flags.to(device)
         if self.held is None:
             return torch.zeros((batch, self.shape.n_heads), dtype=torch.bool, device=device)

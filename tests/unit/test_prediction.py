@@ -272,6 +272,91 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     assert printed.count("\nmean ") == 2
 
 
+def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(tiny, features, tmp_path):
+    """PredictedAblation(hold_groups=F) against the plain predictor's decisions, group by group
+    (the tiny GQA model: 6 query heads in 2 KV groups of 3)."""
+    from inactive_heads.evaluation.generation import decide_on_prompts
+    from inactive_heads.prediction.oracle import whole_groups_fraction
+
+    hand_predictor(tiny, features, 0, tmp_path)
+    predictor = tmp_path
+    prompts = random_sequences(12, seed=91, min_len=5, max_len=18)
+    plain = decide_on_prompts(tiny, prompts, ih.PredictedAblation(predictor), batch_size=4)
+    grouped = decide_on_prompts(tiny, prompts, ih.PredictedAblation(predictor, hold_groups=0.5), batch_size=5)
+    whole = 0
+    for s, l, g in np.ndindex(plain.shape[0], plain.shape[1], 2):
+        got = grouped[s, l, 3 * g:3 * g + 3].tolist()
+        if l == 0:  # later layers read a stream that the extra zeroing before them changed
+            heads = plain[s, l, 3 * g:3 * g + 3].tolist()
+            assert got == ([True] * 3 if sum(heads) >= 2 else heads)  # 2 of 3 is at least half
+        assert all(got) or sum(got) < 2
+        whole += all(got)
+    assert 0 < plain[:, 0].sum() < grouped[:, 0].sum()  # the rule changed something in layer 0
+    assert whole_groups_fraction(grouped, 2) == whole / (plain.shape[0] * plain.shape[1] * 2)
+    assert ih.PredictedAblation(predictor, hold_groups=0.5).to_spec()["hold_groups"] == 0.5
+    for bad in (0.0, 1.5, -0.5, float("nan")):
+        with pytest.raises(UserError, match="hold_groups"):
+            ih.PredictedAblation(predictor, hold_groups=bad)
+
+
+def _generation_requests(sequences):
+    """GSM8K-shaped requests over the tiny model's token ids (each gold answer is "1")."""
+    from inactive_heads.evaluation.gsm8k import GenerationRequest
+
+    return [GenerationRequest("gsm8k", i, tuple(seq), " ".join(f"t{t}" for t in seq), ("t3",), "#### 1", f"q{i}")
+            for i, seq in enumerate(sequences)]
+
+
+def test_the_oracle_on_prompts_equals_the_multiple_choice_oracle_on_the_same_inputs(tiny):
+    """Two runners (generation's prompt pass, and evaluate over a plan whose forward inputs are the
+    same token ids) give the same pooled features and flags, in the same order."""
+    from inactive_heads.prediction.oracle import collect_oracle_prompts
+
+    sequences = random_sequences(10, seed=71, min_len=6, max_len=20)
+    on_prompts = collect_oracle_prompts(tiny, _generation_requests(sequences), "ahon_ln", TAU, batch_size=3)
+    on_plan = collect_oracle(tiny, tiny_plan(sequences), "ahon_ln", TAU, batch_size=4)
+    assert on_prompts.lengths == [len(s) for s in sequences] == on_plan.lengths
+    assert torch.equal(on_prompts.flags, on_plan.flags) and 0 < on_plan.flags.float().mean() < 1
+    assert torch.allclose(on_prompts.features, on_plan.features, atol=1e-5)
+
+
+def test_predict_fit_then_eval_on_a_generation_task_holds_heads_from_the_prompt(tiny, tmp_path, monkeypatch, capsys):
+    """GSM8K's path: fit on the first prompts, evaluate on the rest with generation (decision
+    "prompt"); the figures equal those computed here on the held-out prompts alone, one at a time."""
+    from inactive_heads.evaluation.generation import decide_on_prompts
+    from inactive_heads.prediction import command
+    from inactive_heads.prediction.oracle import collect_oracle_prompts
+
+    sequences = random_sequences(22, seed=81, min_len=6, max_len=20)
+    requests = _generation_requests(sequences)
+    if getattr(tiny, "tokenizer", None) is None:  # the HookedTransformer of TransformerLens 3.9 is built without one
+        from tiny import TINY_GQA_VOCAB, _word_tokenizer
+
+        monkeypatch.setattr(tiny, "tokenizer", _word_tokenizer(tmp_path / "tokenizer", TINY_GQA_VOCAB), raising=False)
+    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: requests[:limit])
+    out = tmp_path / "g"
+    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "gsm8k", "--threshold", str(TAU),
+                     "--limit", "14", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines", "--max-gen-toks", "2",
+                     "--batch-size", "3"]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert result["decision"] == "prompt" and result["n_heldout_questions"] == 8
+    held = collect_oracle_prompts(tiny, requests[14:], "ahon_ln", TAU, batch_size=1)
+    (path, entry), = result["predictors"].items()
+    predictor = Predictor.load(path)
+    alone = torch.cat([decide_on_prompts(tiny, [list(r.context_ids)], ih.PredictedAblation(path), batch_size=1)
+                       for r in requests[14:]])
+    assert entry["teacher_forced"]["summary"] == pytest.approx(
+        compare(predictor.predict(held.features), held.flags).to_dict()["summary"], nan_ok=True)
+    assert entry["closed_loop"]["summary"] == pytest.approx(compare(alone, held.flags).to_dict()["summary"], nan_ok=True)
+    assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "static", "random", "none"}
+    for run in result["accuracy"].values():
+        assert len(run["correct"]) == len(run["correct_flexible"]) == 8 and run["n_generated_tokens"] <= 16
+    assert result["accuracy"]["oracle"]["realized_fraction"] > 0
+    assert "Δ vs none" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("lookahead", [0, 1])
 def test_really_skipping_what_the_predictor_holds_equals_its_zeroing_simulation(tiny, features, tmp_path, lookahead):
     """The predictor as the decider of the skipping forward (held heads never computed) against
@@ -282,3 +367,26 @@ def test_really_skipping_what_the_predictor_holds_equals_its_zeroing_simulation(
     with torch.inference_mode():
         got = skip_logits(tiny, tokens, decider=p, rule="skip")
     assert float((got - want).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_prompt_held_generation_decided_inside_the_skipped_prefill_equals_the_simulation(tiny, features, tmp_path,
+                                                                                           lookahead):
+    """generate(skip=True) with a PredictedAblation decides in the skipped prefill (no decision
+    pass): the same held heads per prompt as the simulation's decision pass, the same tokens, and
+    the KV bytes of the cache equal to the accountant's."""
+    from inactive_heads.evaluation.generation import decide_on_prompts
+
+    hand_predictor(tiny, features, lookahead, tmp_path)
+    prompts = random_sequences(5, seed=97, min_len=4, max_len=15)
+    simulated = ih.generate(tiny, prompts, ablation=ih.PredictedAblation(tmp_path), decision="prompt",
+                            max_new_tokens=4, progress=False)
+    skipping = ih.PredictedAblation(tmp_path)
+    skipped = ih.generate(tiny, prompts, ablation=skipping, decision="prompt", max_new_tokens=4, skip=True,
+                          progress=False)
+    expected = decide_on_prompts(tiny, prompts, ih.PredictedAblation(tmp_path), batch_size=2)
+    assert skipped.skipping["decided_in_prefill"] and skipped.skipping["batches"] == len(prompts)
+    assert torch.equal(skipping.stats.flagged_mask(), expected) and 0 < expected.float().mean() < 1
+    assert skipped.tokens == simulated.tokens
+    assert skipped.realized_fraction == simulated.realized_fraction
+    assert skipped.skipping["kv_bytes_measured_end"] == skipped.skipping["kv_bytes_predicted_end"]
