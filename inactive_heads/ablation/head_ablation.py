@@ -277,12 +277,11 @@ class AblationStats:
             return [0.0] * self.n_layers
         return (self.flagged_per_layer.double() / (self.n_sequences * self.n_heads)).tolist()
 
-    def flagged_mask(self) -> Bool[Tensor, "seq layer head"]:
-        """Per-sequence flags, indexed by the sequence ids the forward passes used."""
+    def flagged_mask(self, n: int | None = None) -> Bool[Tensor, "seq layer head"]:
+        """Per-sequence flags, indexed by the sequence ids the forward passes used; ``n`` rows at
+        least (sequences never seen, e.g. prompts that decided nothing, are all False)."""
         self.flush()
-        if not self.masks:
-            return torch.zeros((0, self.n_layers, self.n_heads), dtype=torch.bool)
-        n = max(self.masks) + 1
+        n = max(max(self.masks, default=-1) + 1, n or 0)
         out = torch.zeros((n, self.n_layers, self.n_heads), dtype=torch.bool)
         for seq, mask in self.masks.items():
             out[seq] = mask

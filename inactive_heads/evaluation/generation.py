@@ -239,6 +239,10 @@ def _check_options(model, decision, batch_size, reuse_prefix, skip, use_cache, h
                         "then not computed); drop skip or use decision='prompt'")
     if hold_groups is not None and decision != "prompt":
         raise UserError("hold_groups applies to decision='prompt'; drop hold_groups or use decision='prompt'")
+    if hold_groups is not None:
+        from ..pruning.skipping import check_group_fraction
+
+        check_group_fraction(hold_groups)
     if skip:
         from ..pruning.skipping import check_supported
 
@@ -341,7 +345,6 @@ def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAbl
     """The heads ``ablation`` zeroes on each prompt (one right-padded pass, nothing after the last
     layer's ``hook_z``), as ``[prompt, layer, head]`` flags; ``ablation.stats`` counts them, keyed by
     ``prompt_ids`` (the sequence ids; default: positions in ``prompts``)."""
-    info = model_info(model)
     ids = torch.arange(len(prompts)) if prompt_ids is None else torch.tensor(list(prompt_ids), dtype=torch.long)
     ablation.reset(model)
     runner = HeadHookRunner(model, ablation.on_layer, reads=ablation.reads, seed=ablation.seed,
@@ -350,11 +353,7 @@ def decide_on_prompts(model, prompts: Sequence[Sequence[int]], ablation: HeadAbl
         for batch in make_batches(prompts, batch_size, device=model_device(model)):
             runner.set_batch(batch.valid, ids[batch.indices])
             run_forward(model, batch.tokens, batch.valid, stop_early=True)
-    masks = ablation.stats.flagged_mask()
-    n = int(ids.max()) + 1 if len(ids) else 0
-    if masks.shape[0] < n:
-        masks = torch.cat([masks, torch.zeros((n - masks.shape[0], info.n_layers, info.n_heads), dtype=torch.bool)])
-    return masks[ids]
+    return ablation.stats.flagged_mask(n=int(ids.max()) + 1 if len(ids) else 0)[ids]
 
 
 def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: list[int], skip: bool = False,
@@ -516,7 +515,7 @@ def _skipped_batches(model, prompts, batches: list[list[int]], masks, stopper, b
     """Prefill and decode each batch of rows (all holding ``masks[rows[0]]``) inside
     :func:`~inactive_heads.pruning.skipping.skipping`, measuring the cache's bytes; with a
     ``decider`` the prefill decides the held heads and ``after_prefill(rows, state)`` fills ``masks``."""
-    from ..pruning.accountant import model_shape, removal_counts, savings
+    from ..pruning.accountant import held_fractions, model_shape, savings
     from ..pruning.skipping import cache_nbytes, skipping
 
     shape = model_shape(model)
@@ -549,8 +548,7 @@ def _skipped_batches(model, prompts, batches: list[list[int]], masks, stopper, b
             last_rows, steps = _decode_batch(batch, rows, generated, stopper, bar, rows_left)
             figures["measured_end"] += cache_nbytes(batch.cache)
             figures["predicted_end"] += predicted(mask, tokens.shape[1] + steps, last_rows)
-    counts = removal_counts(shape, masks)
-    n = max(len(prompts), 1)
+    fractions = held_fractions(shape, masks)
     info = {
         "kind": "measured",
         "batches": len(batches),
@@ -561,8 +559,8 @@ def _skipped_batches(model, prompts, batches: list[list[int]], masks, stopper, b
         "kv_bytes_predicted_end": figures["predicted_end"],
         "kv_bytes_measured_vs_predicted": (figures["measured_end"] / figures["predicted_end"]
                                            if figures["predicted_end"] else None),
-        "query_heads_held_fraction": float(counts["query_heads"].sum()) / (n * shape.n_layers * shape.n_heads),
-        "kv_groups_held_fraction": float(counts["kv_heads"].sum()) / (n * shape.n_layers * shape.n_kv_heads),
+        "query_heads_held_fraction": fractions["query_heads"],
+        "kv_groups_held_fraction": fractions["kv_groups"],
     }
     return generated, info
 

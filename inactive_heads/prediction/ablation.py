@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..ablation.head_ablation import HeadAblation, register_ablation
 from ..core.checks import check_path
-from ..pruning.skipping import group_level
+from ..pruning.skipping import check_group_fraction, group_level
 from ..core.errors import UserError
 from ..models.loading import model_info
 from ..scoring.scores import LayerActivations
@@ -39,12 +39,8 @@ class PredictedAblation(HeadAblation):
     def __init__(self, path: "str | os.PathLike", hold_groups: float | None = None):
         super().__init__()
         self.path = str(check_path(path, "PredictedAblation path").resolve())
-        if hold_groups is not None:
-            if isinstance(hold_groups, bool) or not isinstance(hold_groups, (int, float)) or not 0 < hold_groups <= 1:
-                raise UserError(f"PredictedAblation hold_groups must be a fraction in (0, 1] (e.g. 0.5: hold a KV "
-                                f"group when half its query heads are held), got {hold_groups!r}")
-            hold_groups = float(hold_groups)
-        self.hold_groups = hold_groups
+        self.hold_groups = None if hold_groups is None else check_group_fraction(hold_groups,
+                                                                                 "PredictedAblation hold_groups")
         self.predictor = Predictor.load(self.path)
         self._previous: tuple[Any, int, Tensor] | None = None  # (batch token, layer, pooled features)
         self._n_kv_heads: int | None = None
@@ -68,10 +64,7 @@ class PredictedAblation(HeadAblation):
         """The decider form (:class:`~inactive_heads.pruning.skipping.Decider`): the predictor's
         held heads of ``layer`` from the stream ``resid`` entering layer ``layer - lookahead``, with
         the group-level rule when ``hold_groups`` is set; :meth:`reset` first."""
-        held = self.predictor.held_heads(layer, resid, attention_mask)
-        if self.hold_groups is not None:
-            held = group_level(held, self._n_kv_heads, self.hold_groups)
-        return held
+        return self._grouped(self.predictor.held_heads(layer, resid, attention_mask))
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
         """The held heads of this layer, from the pooled stream entering it (lookahead 0) or
@@ -88,7 +81,7 @@ class PredictedAblation(HeadAblation):
                                 f"{acts.layer - 1} of the same forward pass; layers must run in order")
             use = previous[2]
         self._previous = (acts.batch, acts.layer, features)
-        held = self.predictor.decide(acts.layer, use)
-        if self.hold_groups is not None:
-            held = group_level(held, self._n_kv_heads, self.hold_groups)
-        return held
+        return self._grouped(self.predictor.decide(acts.layer, use))
+
+    def _grouped(self, held: Bool[Tensor, "batch head"]) -> Bool[Tensor, "batch head"]:
+        return held if self.hold_groups is None else group_level(held, self._n_kv_heads, self.hold_groups)

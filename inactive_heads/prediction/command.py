@@ -58,13 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
 
 
 def _group_fraction(text: str) -> float:
+    from ..pruning.skipping import check_group_fraction
+
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] (e.g. 0.5), got {text!r}")
-    return value
+        return check_group_fraction(float(text), "--hold-groups")
+    except (ValueError, UserError) as exc:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] (e.g. 0.5), got {text!r}") from exc
 
 
 def predictor_dirs(path) -> list[Path]:

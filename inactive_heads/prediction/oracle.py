@@ -166,6 +166,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     run reports ``kv_groups_held_fraction``: the share of (sequence, layer, KV group) whose query
     heads are all held, the KV heads a real skip frees.
     """
+    from ..pruning.accountant import held_fractions, model_shape
     from .ablation import PredictedAblation
 
     if not predictors:
@@ -174,7 +175,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     if len(configs) != 1:
         raise UserError(f"predictors of different oracles {sorted(configs)}; evaluate them one at a time")
     (score, threshold), = configs
-    info = model_info(model)
+    info, shape = model_info(model), model_shape(model)
     for path, predictor in predictors.items():
         predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
     start = time.perf_counter()
@@ -191,19 +192,18 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
 
         heldout = [plan[i] for i in kept]
 
-        def run(ablation, **options):
+        def run(ablation):
             return evaluate_generation(model, heldout[0].task, ablation=ablation, decision="prompt", requests=heldout,
                                        max_gen_toks=max_gen_toks, batch_size=batch_size, progress=False)
 
         def loop_flags(abl) -> Tensor:  # each held-out prompt's flags, in held-out order (ids 0..n-1)
-            flags = abl.stats.flagged_mask()
-            missing = len(heldout) - flags.shape[0]
-            return torch.cat([flags, flags.new_zeros((missing, *flags.shape[1:]))]) if missing > 0 else flags
+            return abl.stats.flagged_mask(n=len(heldout))
     else:
         heldout_plan = plan.subset(kept)
 
-        def run(ablation, **options):
-            return evaluate(model, heldout_plan, ablation=ablation, batch_size=batch_size, progress=False, **options)
+        def run(ablation):  # nothing zeroed: the same exact attention the ablated runs use
+            exact = {"attention": "exact"} if ablation is None else {}
+            return evaluate(model, heldout_plan, ablation=ablation, batch_size=batch_size, progress=False, **exact)
 
         def loop_flags(abl) -> Tensor:
             return abl.stats.flagged_mask()[heldout_plan.sequence_ids]
@@ -229,14 +229,14 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             result = run(abl)
             flags = loop_flags(abl)
             entry["closed_loop"] = compare(flags, held.flags).to_dict()
-            entry["closed_loop"]["kv_groups_held_fraction"] = whole_groups_fraction(flags, info.n_kv_heads)
+            entry["closed_loop"]["kv_groups_held_fraction"] = held_fractions(shape, flags)["kv_groups"]
             accuracy[name] = _run_summary(result)
             if hold_groups is not None:
                 grouped = PredictedAblation(path, hold_groups=hold_groups)
                 accuracy[f"{name}_groups"] = _run_summary(run(grouped))
                 entry["group_level"] = {
                     "hold_groups": hold_groups,
-                    "kv_groups_held_fraction": whole_groups_fraction(loop_flags(grouped), info.n_kv_heads)}
+                    "kv_groups_held_fraction": held_fractions(shape, loop_flags(grouped))["kv_groups"]}
         out["predictors"][path] = entry
     if baselines:
         fraction = float(held.flags.double().mean())
@@ -248,17 +248,10 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             heads = [(i // info.n_heads, i % info.n_heads) for i in top]
             accuracy["static"] = _run_summary(run(StaticAblation(heads)))
         accuracy["random"] = _run_summary(run(RandomAblation(fraction, seed=0)))
-        accuracy["none"] = _run_summary(run(None) if _is_generation(plan) else run(None, attention="exact"))
+        accuracy["none"] = _run_summary(run(None))
     out["accuracy"] = accuracy
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
-
-
-def whole_groups_fraction(flags: Bool[Tensor, "seq layer head"], n_kv_heads: int) -> float:
-    """The share of (sequence, layer, KV group) whose query heads are all held: the KV heads a
-    real skip frees (every one under multi-head attention, where each group is one head)."""
-    groups = flags.reshape(*flags.shape[:-1], n_kv_heads, flags.shape[-1] // n_kv_heads)
-    return float(groups.all(dim=-1).double().mean()) if groups.numel() else 0.0
 
 
 def _run_summary(result) -> dict[str, Any]:

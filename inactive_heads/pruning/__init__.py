@@ -10,6 +10,7 @@ from .accountant import (  # noqa: F401
     KV_LENGTHS,
     ModelShape,
     Savings,
+    held_fractions,
     model_shape,
     oracle_savings,
     paper_model_shapes,

@@ -195,6 +195,18 @@ def removal_counts(shape: ModelShape, removed: Bool[Tensor, "*batch layer head"]
     }
 
 
+def held_fractions(shape: ModelShape, held: Bool[Tensor, "seq layer head"]) -> dict[str, float]:
+    """The share of (sequence, layer, query head) held, and of (sequence, layer, KV group) whose
+    query heads are all held: the KV heads a real skip frees (every held head under multi-head
+    attention, where each group is one head). 0 for no sequence."""
+    counts = removal_counts(shape, held)
+    n = held.shape[0]
+    if n == 0:
+        return {"query_heads": 0.0, "kv_groups": 0.0}
+    return {"query_heads": float(counts["query_heads"].sum()) / (n * shape.n_layers * shape.n_heads),
+            "kv_groups": float(counts["kv_heads"].sum()) / (n * shape.n_layers * shape.n_kv_heads)}
+
+
 def _dtype_bytes(dtype) -> int:
     return torch.empty((), dtype=resolve_dtype(dtype)).element_size()
 

@@ -608,14 +608,22 @@ def skip_logits(model, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Ten
         return model(tokens, attention_mask=attention_mask, **extra)
 
 
+def check_group_fraction(value, name: str = "hold_groups") -> float:
+    """The group-level rule's fraction as a float, or a one-line error naming ``name`` unless it
+    is a number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise UserError(f"{name} must be a fraction in (0, 1] (e.g. 0.5: hold a KV group when half its query "
+                        f"heads are held), got {value!r}")
+    return float(value)
+
+
 def group_level(held: Bool[Tensor, "*batch layer head"], n_kv_heads: int,
                 min_fraction: float = 1.0) -> Bool[Tensor, "*batch layer head"]:
     """The group-level rule under grouped-query attention: a KV group whose held share of query
     heads is at least ``min_fraction`` is held whole (its KV head then freed); other groups keep
     their held heads as they are. ``min_fraction=1.0`` changes nothing; ``0.5`` holds a group
     when at least half its heads are held (more heads zeroed: an accuracy cost to measure)."""
-    if not 0.0 < min_fraction <= 1.0:
-        raise UserError(f"min_fraction must be in (0, 1]; got {min_fraction!r}")
+    min_fraction = check_group_fraction(min_fraction, "min_fraction")
     n_heads = held.shape[-1]
     if n_heads % n_kv_heads:
         raise UserError(f"{n_heads} heads do not split into {n_kv_heads} KV groups")

@@ -276,7 +276,7 @@ def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(t
     """PredictedAblation(hold_groups=F) against the plain predictor's decisions, group by group
     (the tiny GQA model: 6 query heads in 2 KV groups of 3)."""
     from inactive_heads.evaluation.generation import decide_on_prompts
-    from inactive_heads.prediction.oracle import whole_groups_fraction
+    from inactive_heads.pruning import held_fractions, model_shape
 
     hand_predictor(tiny, features, 0, tmp_path)
     predictor = tmp_path
@@ -292,7 +292,7 @@ def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(t
         assert all(got) or sum(got) < 2
         whole += all(got)
     assert 0 < plain[:, 0].sum() < grouped[:, 0].sum()  # the rule changed something in layer 0
-    assert whole_groups_fraction(grouped, 2) == whole / (plain.shape[0] * plain.shape[1] * 2)
+    assert held_fractions(model_shape(tiny), grouped)["kv_groups"] == whole / (plain.shape[0] * plain.shape[1] * 2)
     assert ih.PredictedAblation(predictor, hold_groups=0.5).to_spec()["hold_groups"] == 0.5
     for bad in (0.0, 1.5, -0.5, float("nan")):
         with pytest.raises(UserError, match="hold_groups"):
