@@ -268,6 +268,9 @@ def test_hold_groups_frees_whole_groups(backend):
     assert grouped.tokens == generate(model, prompts, hold_groups=1 / 3, **kw).tokens
     with pytest.raises(UserError, match="hold_groups applies to decision='prompt'"):
         generate(model, prompts, ablation=StaticAblation(heads), max_new_tokens=2, hold_groups=0.5, progress=False)
+    for bad in (0.0, 1.5, float("nan")):  # rejected before any pass, whichever path would run
+        with pytest.raises(UserError, match="hold_groups must be a fraction in"):
+            generate(model, prompts, hold_groups=bad, **kw)
 
 
 def test_layer_choices_follow_the_cost_rule(backend):
