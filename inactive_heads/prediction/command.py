@@ -103,8 +103,8 @@ def _fit(args, load) -> int:
     plan = _plan(model, args, args.limit)
     p = None if args.threshold is not None else (args.p if args.p is not None else 0.1)
     threshold = args.threshold if args.threshold is not None else calibrated_threshold(
-        model, plan, args.score, p, batch_size=args.batch_size)
-    data = collect_task_oracle(model, plan, args.score, threshold, batch_size=args.batch_size)
+        model, plan, args.score, p, batch_size=args.batch_size, progress=True)
+    data = collect_task_oracle(model, plan, args.score, threshold, batch_size=args.batch_size, progress=True)
     out = Path(args.out)
     for lookahead in lookaheads:
         predictor = fit_from_oracle(data, model=args.model, score=args.score, threshold=threshold,
@@ -147,7 +147,7 @@ def _eval(args, load) -> int:
         raise UserError(f"--max-gen-toks applies to generation tasks (gsm8k), not {task}; drop it")
     result = evaluate_predictors(model, predictors, plan, batch_size=args.batch_size,
                                  closed_loop=args.closed_loop, baselines=args.baselines,
-                                 max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups)
+                                 max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups, progress=True)
     base = Path(args.dir)
     write_json_atomic((base if base.is_dir() else base.parent) / "eval.json", result)
     if args.json:

@@ -13,6 +13,7 @@ oracle would see its own. Each feature is reduced inside the layer's hook (poole
 """
 
 import hashlib
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,23 +110,24 @@ def collect_oracle_prompts(model, requests, score: str, threshold: float, *, bat
                       [len(p) for p in prompts], None)
 
 
-def collect_task_oracle(model, plan, score: str, threshold: float, *, batch_size: int = 8) -> OracleData:
-    """:func:`collect_oracle` for a multiple-choice plan, :func:`collect_oracle_prompts` for a
-    generation task's requests."""
+def collect_task_oracle(model, plan, score: str, threshold: float, *, batch_size: int = 8,
+                        progress: bool = False) -> OracleData:
+    """:func:`collect_oracle` for a multiple-choice plan (``progress``: its bar), or
+    :func:`collect_oracle_prompts` for a generation task's requests (one pass over the prompts)."""
     if _is_generation(plan):
         return collect_oracle_prompts(model, plan, score, threshold, batch_size=batch_size)
-    return collect_oracle(model, plan, score, threshold, batch_size=batch_size)
+    return collect_oracle(model, plan, score, threshold, batch_size=batch_size, progress=progress)
 
 
-def calibrated_threshold(model, plan, score: str, p: float, *, batch_size: int = 8) -> float:
+def calibrated_threshold(model, plan, score: str, p: float, *, batch_size: int = 8, progress: bool = False) -> float:
     """τ of ``score`` at quantile ``p`` from the plan's inputs (a generation task: its prompts)
     with nothing zeroed (the paper's calibration, on the fit questions only)."""
     if _is_generation(plan):
         from ..scoring.recording import record_scores
 
-        scores = record_scores(model, _prompts(plan), [score], batch_size=batch_size, progress=False)
+        scores = record_scores(model, _prompts(plan), [score], batch_size=batch_size, progress=progress)
     else:
-        scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=False).head_scores
+        scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=progress).head_scores
     return calibrate(scores, score, [p]).at(p)
 
 
@@ -145,7 +147,8 @@ def fit_from_oracle(data: OracleData, *, model: str, score: str, threshold: floa
 
 def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_size: int = 8,
                         closed_loop: bool = True, baselines: bool = False,
-                        max_gen_toks: int | None = None, hold_groups: float | None = None) -> dict[str, Any]:
+                        max_gen_toks: int | None = None, hold_groups: float | None = None,
+                        progress: bool = False) -> dict[str, Any]:
     """Predictors (by their saved path) against the oracle on the plan's inputs whose questions
     they were not fit on. They must share one score and threshold (one oracle).
 
@@ -165,6 +168,9 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     (``PredictedAblation(path, hold_groups=F)``), its accuracy beside the others'. Every closed-loop
     run reports ``kv_groups_held_fraction``: the share of (sequence, layer, KV group) whose query
     heads are all held, the KV heads a real skip frees.
+
+    ``progress``: a line on standard error as each run starts and ends (with its accuracy and the
+    time so far), and each run's own bar.
     """
     from ..pruning.accountant import held_fractions, model_shape
     from .ablation import PredictedAblation
@@ -179,7 +185,14 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     for path, predictor in predictors.items():
         predictor.check_model(info.n_layers, info.n_heads, info.d_model, f"model {info.name!r}")
     start = time.perf_counter()
-    data = collect_task_oracle(model, plan, score, threshold, batch_size=batch_size)
+
+    def say(text: str) -> None:
+        if progress:
+            print(f"predict eval: {text} [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
+
+    say(f"the oracle's pass for its flags and features ({len(plan) if _is_generation(plan) else len(plan.inputs)} "
+        "inputs)")
+    data = collect_task_oracle(model, plan, score, threshold, batch_size=batch_size, progress=progress)
     fit_questions = set().union(*(set(p.config.fit.get("questions", ())) for p in predictors.values()))
     keep = [k not in fit_questions for k in data.question_keys]
     if not any(keep):
@@ -192,21 +205,29 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
 
         heldout = [plan[i] for i in kept]
 
-        def run(ablation):
+        def evaluated(ablation):
             return evaluate_generation(model, heldout[0].task, ablation=ablation, decision="prompt", requests=heldout,
-                                       max_gen_toks=max_gen_toks, batch_size=batch_size, progress=False)
+                                       max_gen_toks=max_gen_toks, batch_size=batch_size, progress=progress)
 
         def loop_flags(abl) -> Tensor:  # each held-out prompt's flags, in held-out order (ids 0..n-1)
             return abl.stats.flagged_mask(n=len(heldout))
     else:
         heldout_plan = plan.subset(kept)
 
-        def run(ablation):  # nothing zeroed: the same exact attention the ablated runs use
+        def evaluated(ablation):  # nothing zeroed: the same exact attention the ablated runs use
             exact = {"attention": "exact"} if ablation is None else {}
-            return evaluate(model, heldout_plan, ablation=ablation, batch_size=batch_size, progress=False, **exact)
+            return evaluate(model, heldout_plan, ablation=ablation, batch_size=batch_size, progress=progress,
+                            **exact)
 
         def loop_flags(abl) -> Tensor:
             return abl.stats.flagged_mask()[heldout_plan.sequence_ids]
+
+    def run(name: str, ablation) -> dict[str, Any]:
+        say(f"running {name}")
+        summary = _run_summary(evaluated(ablation))
+        say(f"{name}: accuracy {100 * summary['accuracy']:.1f} %")
+        return summary
+
     out: dict[str, Any] = {
         "score": score, "threshold": threshold, "task": plan[0].task if _is_generation(plan) else plan.task,
         "n_heldout_sequences": len(held.lengths), "n_heldout_questions": len(set(held.question_keys)),
@@ -216,7 +237,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         out["decision"] = "prompt"
     accuracy: dict[str, Any] = {}
     if closed_loop:
-        accuracy["oracle"] = _run_summary(run(DynamicAblation(score, threshold)))
+        accuracy["oracle"] = run("oracle", DynamicAblation(score, threshold))
     for path, predictor in predictors.items():
         entry: dict[str, Any] = {
             "lookahead": predictor.lookahead, "rank": predictor.config.rank,
@@ -226,14 +247,13 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         if closed_loop:
             name = f"predicted_lookahead{predictor.lookahead}"
             abl = PredictedAblation(path)
-            result = run(abl)
+            accuracy[name] = run(name, abl)
             flags = loop_flags(abl)
             entry["closed_loop"] = compare(flags, held.flags).to_dict()
             entry["closed_loop"]["kv_groups_held_fraction"] = held_fractions(shape, flags)["kv_groups"]
-            accuracy[name] = _run_summary(result)
             if hold_groups is not None:
                 grouped = PredictedAblation(path, hold_groups=hold_groups)
-                accuracy[f"{name}_groups"] = _run_summary(run(grouped))
+                accuracy[f"{name}_groups"] = run(f"{name}_groups", grouped)
                 entry["group_level"] = {
                     "hold_groups": hold_groups,
                     "kv_groups_held_fraction": held_fractions(shape, loop_flags(grouped))["kv_groups"]}
@@ -246,9 +266,9 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             k = int(round(fraction * counts.numel()))
             top = counts.argsort(descending=True, stable=True)[:k].tolist()
             heads = [(i // info.n_heads, i % info.n_heads) for i in top]
-            accuracy["static"] = _run_summary(run(StaticAblation(heads)))
-        accuracy["random"] = _run_summary(run(RandomAblation(fraction, seed=0)))
-        accuracy["none"] = _run_summary(run(None))
+            accuracy["static"] = run("static", StaticAblation(heads))
+        accuracy["random"] = run("random", RandomAblation(fraction, seed=0))
+        accuracy["none"] = run("none", None)
     out["accuracy"] = accuracy
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out

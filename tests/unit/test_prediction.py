@@ -258,8 +258,9 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
                      "--lookahead", "0", "1", "--limit", "16", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["lookahead-0", "lookahead-1"]
+    capsys.readouterr()
     assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines"]) == 0
-    printed = capsys.readouterr().out
+    printed, progress = capsys.readouterr()
     result = json.loads((out / "eval.json").read_text())
     assert result["n_heldout_questions"] == 8 and result["n_fit_questions_in_plan"] == 16
     # the same figures computed here on the last 8 questions alone
@@ -270,6 +271,12 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
                                        "none"}
     assert printed.count("\nmean ") == 2
+    # a long eval says what it runs, in order, each run's line with the accuracy it returned
+    lines = [line for line in progress.splitlines() if line.startswith("predict eval: ")]
+    ends = [line.split(": ")[1] for line in lines if ": accuracy " in line]
+    assert ends == list(result["accuracy"])
+    for name, run in result["accuracy"].items():
+        assert any(line.startswith(f"predict eval: {name}: accuracy {100 * run['accuracy']:.1f} %") for line in lines)
 
 
 def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(tiny, features, tmp_path):
