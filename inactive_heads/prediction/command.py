@@ -200,6 +200,11 @@ def format_eval(result: dict) -> str:
                     if cl else []),
                   f"probe cost: {100 * cost['at_mean_len']:.3f}% of a layer's multiply-adds at the mean length "
                   f"{cost['mean_seq_len']} tokens ({100 * cost['at_min_len']:.3f}% at the shortest, {cost['min_seq_len']})"]
+    if "static_set" in result:
+        s = result["static_set"]["vs_oracle"]["summary"]
+        lines += ["", f"static set of the same size ({result['static_set']['n_heads']} heads, held on every input) "
+                  f"against the oracle: mean precision {_num(s['mean_precision'])}, recall {_num(s['mean_recall'])}; "
+                  f"pooled {_num(s['micro_precision'])}, {_num(s['micro_recall'])}"]
     if result.get("accuracy"):
         lines += ["", accuracy_table(result["accuracy"])]
     return "\n".join(lines)

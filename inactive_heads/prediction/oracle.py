@@ -157,7 +157,9 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     ablation — the stream it reads reflects its own earlier zeroing — with its flags compared with
     the oracle's and both accuracies on the held-out questions. ``baselines``: also a static set of
     the oracle's held-out realized fraction — the (layer, head) pairs the oracle flags most often on
-    the plan's fit questions — and Random at that fraction (seed 0).
+    the plan's fit questions — and Random at that fraction (seed 0); ``static_set`` holds that
+    set's own precision and recall against the oracle's held-out flags, the yardstick a per-input
+    decision has to beat.
 
     ``plan`` is an :class:`EvalPlan` or a generation task's requests (GSM8K, from ``plan_for_task``).
     For the latter the oracle and the predictors decide on each prompt and hold their heads for
@@ -266,6 +268,11 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             k = int(round(fraction * counts.numel()))
             top = counts.argsort(descending=True, stable=True)[:k].tolist()
             heads = [(i // info.n_heads, i % info.n_heads) for i in top]
+            static = torch.zeros(info.n_layers * info.n_heads, dtype=torch.bool)
+            static[top] = True
+            # the per-input decision's yardstick: the same heads on every input, against the oracle
+            out["static_set"] = {"n_heads": len(heads), "vs_oracle": compare(
+                static.view(1, info.n_layers, info.n_heads).expand_as(held.flags), held.flags).to_dict()}
             accuracy["static"] = run("static", StaticAblation(heads))
         accuracy["random"] = run("random", RandomAblation(fraction, seed=0))
         accuracy["none"] = run("none", None)

@@ -271,6 +271,19 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
                                        "none"}
     assert printed.count("\nmean ") == 2
+    # the static set against the oracle, by hand: the fit split's most-flagged pairs, held on every input
+    fit_counts = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
+    oracle = held.flags.flatten(1).numpy()
+    k = result["static_set"]["n_heads"]
+    chosen = np.zeros(fit_counts.size, dtype=bool)
+    chosen[np.argsort(-fit_counts, kind="stable")[:k]] = True
+    hits = (oracle & chosen).sum()
+    static = result["static_set"]["vs_oracle"]["summary"]
+    assert 0 < hits < oracle.sum()
+    assert static["micro_precision"] == pytest.approx(hits / (chosen.sum() * oracle.shape[0]))
+    assert static["micro_recall"] == pytest.approx(hits / oracle.sum())
+    assert result["accuracy"]["static"]["realized_fraction"] == pytest.approx(chosen.mean())  # what the run zeroed
+    assert "static set of the same size" in printed
     # a long eval says what it runs, in order, each run's line with the accuracy it returned
     lines = [line for line in progress.splitlines() if line.startswith("predict eval: ")]
     ends = [line.split(": ")[1] for line in lines if ": accuracy " in line]
