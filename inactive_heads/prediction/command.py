@@ -98,6 +98,12 @@ def _fit(args, load) -> int:
     if args.limit is None:
         raise UserError("predict fit needs --limit N: the first N questions are the fit split (predict eval "
                         "uses the ones after them)")
+    from ..scoring.scores import get_score
+
+    get_score(args.score)  # a wrong score or output folder fails now, not after the passes
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the predictors (they go to OUT/lookahead-K/)")
     lookaheads = sorted(set(args.lookahead))
     model = load(args)
     plan = _plan(model, args, args.limit)
@@ -105,7 +111,6 @@ def _fit(args, load) -> int:
     threshold = args.threshold if args.threshold is not None else calibrated_threshold(
         model, plan, args.score, p, batch_size=args.batch_size, progress=True)
     data = collect_task_oracle(model, plan, args.score, threshold, batch_size=args.batch_size, progress=True)
-    out = Path(args.out)
     for lookahead in lookaheads:
         predictor = fit_from_oracle(data, model=args.model, score=args.score, threshold=threshold,
                                     lookahead=lookahead, options=FitOptions(rank=args.rank, steps=args.steps),

@@ -248,6 +248,18 @@ def test_the_lm_eval_model_type_runs_a_predicted_ablation_from_its_spec(tiny, tm
     assert stats[0]["ablation"] == spec and 0 < stats[0]["realized_fraction"] == stats[1]["realized_fraction"] < 1
 
 
+def test_predict_fit_rejects_a_wrong_score_or_output_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    def load(args):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(cli, "_load", load)
+    (tmp_path / "notes.txt").write_text("a file")
+    for argv, message in ((["--score", "zz", "--out", str(tmp_path / "p")], "unknown score 'zz'"),
+                          (["--out", str(tmp_path / "notes.txt")], "notes.txt is a file")):
+        assert cli.main(["predict", "fit", "--model", "tiny", "--limit", "4", *argv]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
     from inactive_heads.prediction import command
 
