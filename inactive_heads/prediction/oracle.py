@@ -175,6 +175,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     time so far), and each run's own bar.
     """
     from ..pruning.accountant import held_fractions, model_shape
+    from ..pruning.skipping import held_mask
     from .ablation import PredictedAblation
 
     if not predictors:
@@ -268,11 +269,9 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             k = int(round(fraction * counts.numel()))
             top = counts.argsort(descending=True, stable=True)[:k].tolist()
             heads = [(i // info.n_heads, i % info.n_heads) for i in top]
-            static = torch.zeros(info.n_layers * info.n_heads, dtype=torch.bool)
-            static[top] = True
             # the per-input decision's yardstick: the same heads on every input, against the oracle
             out["static_set"] = {"n_heads": len(heads), "vs_oracle": compare(
-                static.view(1, info.n_layers, info.n_heads).expand_as(held.flags), held.flags).to_dict()}
+                held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
             accuracy["static"] = run("static", StaticAblation(heads))
         accuracy["random"] = run("random", RandomAblation(fraction, seed=0))
         accuracy["none"] = run("none", None)
