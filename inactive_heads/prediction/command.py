@@ -6,7 +6,9 @@ generation task (GSM8K) the questions' inputs are their prompts, where ``decisio
 decides the heads it holds while generating.
 ``eval DIR`` runs the oracle on the first ``--limit`` questions *after* the fit's (the plan is
 built for fit + limit questions; the fit's questions are left out by identity) and prints, per
-predictor, per-layer precision and recall against the oracle with the realized fractions.
+predictor, per-layer precision and recall against the oracle with the realized fractions. Each
+run's record goes to ``DIR/eval.runs.json`` as it ends; an eval of the same setup that is started
+again takes the runs finished there (``--fresh`` runs them all again).
 """
 
 import argparse
@@ -18,6 +20,8 @@ from ..core.errors import UserError
 from ..core.io import write_json_atomic
 from ..core.text import text_table
 from .probe import CONFIG_FILE, FitOptions, Predictor
+
+RUNS_FILE = "eval.runs.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable, task_arguments: Callable,
@@ -54,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
     ev.add_argument("--hold-groups", type=_group_fraction, default=None, metavar="F",
                     help="also run each predictor with the group-level rule: a KV group at least F of whose "
                     "query heads are held is held whole (e.g. 0.5)")
+    ev.add_argument("--fresh", action="store_true",
+                    help=f"run every run again, not taking the finished ones of an earlier eval of the same setup "
+                    f"from DIR/{RUNS_FILE}")
     ev.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
 
 
@@ -150,11 +157,16 @@ def _eval(args, load) -> int:
         raise UserError("--hold-groups runs each predictor as an ablation; drop --no-closed-loop")
     if args.max_gen_toks is not None and task_kind(task) != "generation":
         raise UserError(f"--max-gen-toks applies to generation tasks (gsm8k), not {task}; drop it")
+    base = Path(args.dir)
+    folder = base if base.is_dir() else base.parent
+    runs_file = folder / RUNS_FILE
+    if args.fresh:
+        runs_file.unlink(missing_ok=True)
     result = evaluate_predictors(model, predictors, plan, batch_size=args.batch_size,
                                  closed_loop=args.closed_loop, baselines=args.baselines,
-                                 max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups, progress=True)
-    base = Path(args.dir)
-    write_json_atomic((base if base.is_dir() else base.parent) / "eval.json", result)
+                                 max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups, progress=True,
+                                 runs_file=runs_file)
+    write_json_atomic(folder / "eval.json", result)
     if args.json:
         print(json.dumps(result))
         return 0

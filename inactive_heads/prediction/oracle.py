@@ -13,9 +13,12 @@ oracle would see its own. Each feature is reduced inside the layer's hook (poole
 """
 
 import hashlib
+import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,9 +27,11 @@ from torch import Tensor
 
 from ..ablation.head_ablation import DynamicAblation, RandomAblation, StaticAblation
 from ..core.errors import UserError
+from ..core.io import write_json_atomic
 from ..evaluation.evaluator import evaluate
 from ..evaluation.plan import EvalPlan
 from ..models.loading import model_info
+from ..runtime.hooks import model_device
 from ..scoring.calibration import calibrate
 from ..scoring.scores import LayerActivations
 from .probe import FitOptions, Predictor, compare, fit_predictor, pooled_features
@@ -148,7 +153,7 @@ def fit_from_oracle(data: OracleData, *, model: str, score: str, threshold: floa
 def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_size: int = 8,
                         closed_loop: bool = True, baselines: bool = False,
                         max_gen_toks: int | None = None, hold_groups: float | None = None,
-                        progress: bool = False) -> dict[str, Any]:
+                        progress: bool = False, runs_file: str | Path | None = None) -> dict[str, Any]:
     """Predictors (by their saved path) against the oracle on the plan's inputs whose questions
     they were not fit on. They must share one score and threshold (one oracle).
 
@@ -173,6 +178,13 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
 
     ``progress``: a line on standard error as each run starts and ends (with its accuracy and the
     time so far), and each run's own bar.
+
+    ``runs_file``: a JSON file that gets each run's record, written atomically the moment the run
+    ends, beside what the runs depend on (:func:`eval_identity`). A later call whose identity is
+    the same takes the runs it finds there instead of running them again (after the oracle's
+    pass, which the comparisons need), so an evaluation that was stopped resumes with at most the
+    run in progress lost, and adding ``baselines`` or ``hold_groups`` later runs only what is new.
+    A file from another setup is said on standard error and replaced.
     """
     from ..pruning.accountant import held_fractions, model_shape
     from ..pruning.skipping import held_mask
@@ -225,11 +237,25 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         def loop_flags(abl) -> Tensor:
             return abl.stats.flagged_mask()[heldout_plan.sequence_ids]
 
-    def run(name: str, ablation) -> dict[str, Any]:
+    identity = eval_identity(model, predictors, data, max_gen_toks=max_gen_toks, hold_groups=hold_groups)
+    runs_file = None if runs_file is None else Path(runs_file)
+    finished = _finished_runs(runs_file, identity, say) if runs_file is not None else {}
+
+    def run(name: str, ablation, details: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The run's record: ``summary`` (its accuracy) and what ``details`` reads off the ablation."""
+        if name in finished:
+            record = finished[name]
+            say(f"{name}: accuracy {100 * record['summary']['accuracy']:.1f} % (finished earlier: {runs_file})")
+            return record
         say(f"running {name}")
-        summary = _run_summary(evaluated(ablation))
-        say(f"{name}: accuracy {100 * summary['accuracy']:.1f} %")
-        return summary
+        record = {"summary": _run_summary(evaluated(ablation))}
+        if details is not None:
+            record.update(details(ablation))
+        say(f"{name}: accuracy {100 * record['summary']['accuracy']:.1f} %")
+        if runs_file is not None:
+            finished[name] = record
+            write_json_atomic(runs_file, {"format": RUNS_FORMAT, "identity": identity, "runs": finished})
+        return record
 
     out: dict[str, Any] = {
         "score": score, "threshold": threshold, "task": plan[0].task if _is_generation(plan) else plan.task,
@@ -240,7 +266,17 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         out["decision"] = "prompt"
     accuracy: dict[str, Any] = {}
     if closed_loop:
-        accuracy["oracle"] = run("oracle", DynamicAblation(score, threshold))
+        accuracy["oracle"] = run("oracle", DynamicAblation(score, threshold))["summary"]
+
+    def closed_loop_details(abl) -> dict[str, Any]:
+        flags = loop_flags(abl)
+        return {"closed_loop": {**compare(flags, held.flags).to_dict(),
+                                "kv_groups_held_fraction": held_fractions(shape, flags)["kv_groups"]}}
+
+    def group_details(abl) -> dict[str, Any]:
+        return {"group_level": {"hold_groups": hold_groups,
+                                "kv_groups_held_fraction": held_fractions(shape, loop_flags(abl))["kv_groups"]}}
+
     for path, predictor in predictors.items():
         entry: dict[str, Any] = {
             "lookahead": predictor.lookahead, "rank": predictor.config.rank,
@@ -249,17 +285,11 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         }
         if closed_loop:
             name = f"predicted_lookahead{predictor.lookahead}"
-            abl = PredictedAblation(path)
-            accuracy[name] = run(name, abl)
-            flags = loop_flags(abl)
-            entry["closed_loop"] = compare(flags, held.flags).to_dict()
-            entry["closed_loop"]["kv_groups_held_fraction"] = held_fractions(shape, flags)["kv_groups"]
+            record = run(name, PredictedAblation(path), closed_loop_details)
+            accuracy[name], entry["closed_loop"] = record["summary"], record["closed_loop"]
             if hold_groups is not None:
-                grouped = PredictedAblation(path, hold_groups=hold_groups)
-                accuracy[f"{name}_groups"] = run(f"{name}_groups", grouped)
-                entry["group_level"] = {
-                    "hold_groups": hold_groups,
-                    "kv_groups_held_fraction": held_fractions(shape, loop_flags(grouped))["kv_groups"]}
+                record = run(f"{name}_groups", PredictedAblation(path, hold_groups=hold_groups), group_details)
+                accuracy[f"{name}_groups"], entry["group_level"] = record["summary"], record["group_level"]
         out["predictors"][path] = entry
     if baselines:
         fraction = float(held.flags.double().mean())
@@ -272,12 +302,62 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
             # the per-input decision's yardstick: the same heads on every input, against the oracle
             out["static_set"] = {"n_heads": len(heads), "vs_oracle": compare(
                 held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
-            accuracy["static"] = run("static", StaticAblation(heads))
-        accuracy["random"] = run("random", RandomAblation(fraction, seed=0))
-        accuracy["none"] = run("none", None)
+            accuracy["static"] = run("static", StaticAblation(heads))["summary"]
+        accuracy["random"] = run("random", RandomAblation(fraction, seed=0))["summary"]
+        accuracy["none"] = run("none", None)["summary"]
     out["accuracy"] = accuracy
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
+
+
+RUNS_FORMAT = 1
+
+
+def eval_identity(model, predictors: dict[str, Predictor], data: OracleData, *, max_gen_toks: int | None,
+                  hold_groups: float | None) -> dict[str, Any]:
+    """What :func:`evaluate_predictors`' runs depend on, as plain JSON: the model (name, dtype,
+    device type), the oracle (score, τ), the inputs (a digest of their questions and token
+    counts), each predictor (a digest of its weights and decision threshold) and the options that
+    change a run (``max_gen_toks``, ``hold_groups``). The batch size is left out: results do not
+    depend on it."""
+    def digest(*parts: bytes) -> str:
+        h = hashlib.sha256()
+        for part in parts:
+            h.update(len(part).to_bytes(8, "little") + part)
+        return h.hexdigest()
+
+    weights = {path: digest(*(t.detach().cpu().contiguous().numpy().tobytes()
+                              for t in (p.mean, p.scale, p.down, p.up, p.bias)),
+                            repr((p.config.decision_threshold, p.lookahead)).encode())
+               for path, p in predictors.items()}
+    (score, threshold), = {(p.config.score, p.config.threshold) for p in predictors.values()}
+    info = model_info(model)
+    return {"model": info.name, "dtype": str(info.dtype), "device": model_device(model).type,
+            "score": score, "threshold": threshold,
+            "inputs": digest(json.dumps([data.question_keys, data.lengths]).encode()),
+            "predictors": weights, "max_gen_toks": max_gen_toks, "hold_groups": hold_groups}
+
+
+def _finished_runs(path: Path, identity: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """The runs recorded in ``path`` for this ``identity`` (none when the file is absent, unreadable
+    or of another setup; the last two are said)."""
+    if not path.is_file():
+        return {}
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        runs, same = stored["runs"], stored["identity"] == identity and stored["format"] == RUNS_FORMAT
+        if not isinstance(runs, dict):
+            raise TypeError("runs is not a mapping")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        say(f"{path} is not a record of finished runs ({type(err).__name__}: {err}); running every run, "
+            "and replacing it")
+        return {}
+    if not same:
+        differ = sorted(k for k in identity if stored["identity"].get(k) != identity[k]) or ["format"]
+        say(f"{path} holds runs of another setup (it differs in {', '.join(differ)}); running every run, "
+            "and replacing it")
+        return {}
+    return dict(runs)
 
 
 def _run_summary(result) -> dict[str, Any]:

@@ -422,3 +422,50 @@ def test_prompt_held_generation_decided_inside_the_skipped_prefill_equals_the_si
     assert skipped.tokens == simulated.tokens
     assert skipped.realized_fraction == simulated.realized_fraction
     assert skipped.skipping["kv_bytes_measured_end"] == skipped.skipping["kv_bytes_predicted_end"]
+
+
+def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path, monkeypatch, capsys):
+    from inactive_heads.ablation.head_ablation import RandomAblation
+    from inactive_heads.prediction import command, oracle
+
+    sequences = random_sequences(20, seed=67, min_len=6, max_len=20)
+    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
+    out = tmp_path / "p"
+    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
+                     "--lookahead", "0", "1", "--limit", "12", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    passes, real_evaluate = [], oracle.evaluate
+
+    def counted(model, plan, *, ablation=None, **kw):  # every pass of the model, by its ablation's kind
+        passes.append(type(ablation).__name__)
+        if stop_at is not None and isinstance(ablation, stop_at):
+            raise KeyboardInterrupt
+        return real_evaluate(model, plan, ablation=ablation, **kw)
+
+    monkeypatch.setattr(oracle, "evaluate", counted)
+    evaluate_cmd = ["predict", "eval", str(out), "--limit", "8", "--baselines"]
+    stop_at = RandomAblation  # stopped during the fifth of six runs
+    assert cli.main(evaluate_cmd) == 130
+    assert not (out / "eval.json").exists()
+    stored = json.loads((out / command.RUNS_FILE).read_text())
+    assert list(stored["runs"]) == ["oracle", "predicted_lookahead0", "predicted_lookahead1", "static"]
+
+    stop_at, passes[:] = None, []
+    capsys.readouterr()
+    assert cli.main(evaluate_cmd) == 0
+    assert passes == ["_OracleWithFeatures", "RandomAblation", "NoneType"]  # the oracle's features, then what was left
+    assert capsys.readouterr().err.count("(finished earlier: ") == 4
+    resumed = json.loads((out / "eval.json").read_text())
+
+    passes[:] = []
+    assert cli.main([*evaluate_cmd, "--fresh"]) == 0
+    assert len(passes) == 7
+    fresh = json.loads((out / "eval.json").read_text())
+    resumed.pop("seconds"), fresh.pop("seconds")
+    assert resumed == fresh  # what was taken from the file is what running it again gives
+    assert len({run["realized_fraction"] for run in fresh["accuracy"].values()}) > 2  # the runs differ: a mix-up shows
+
+    # another setup: the group-level rule changes what a run is, so nothing is taken
+    passes[:] = []
+    assert cli.main([*evaluate_cmd, "--hold-groups", "0.5"]) == 0
+    assert len(passes) == 9 and "it differs in hold_groups" in capsys.readouterr().err
