@@ -260,15 +260,20 @@ def test_predict_fit_rejects_a_wrong_score_or_output_before_loading_the_model(tm
         assert message in capsys.readouterr().err
 
 
-def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
+def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monkeypatch):
+    """``predict fit`` of both lookaheads on the tiny model, its plans made of ``sequences``."""
     from inactive_heads.prediction import command
 
-    sequences = random_sequences(24, seed=61, min_len=6, max_len=20)
     monkeypatch.setattr(cli, "_load", lambda args: tiny)
     monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
+    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU), "--lookahead",
+                     "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+
+
+def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
+    sequences = random_sequences(24, seed=61, min_len=6, max_len=20)
     out = tmp_path / "p"
-    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
-                     "--lookahead", "0", "1", "--limit", "16", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
     assert sorted(p.name for p in out.iterdir()) == ["lookahead-0", "lookahead-1"]
     capsys.readouterr()
     assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines"]) == 0
@@ -428,12 +433,9 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
     from inactive_heads.ablation.head_ablation import RandomAblation
     from inactive_heads.prediction import command, oracle
 
-    sequences = random_sequences(20, seed=67, min_len=6, max_len=20)
-    monkeypatch.setattr(cli, "_load", lambda args: tiny)
-    monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
     out = tmp_path / "p"
-    assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
-                     "--lookahead", "0", "1", "--limit", "12", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+    fit_both_lookaheads_from_the_command_line(tiny, random_sequences(20, seed=67, min_len=6, max_len=20), 12, out,
+                                              monkeypatch)
     passes, real_evaluate = [], oracle.evaluate
 
     def counted(model, plan, *, ablation=None, **kw):  # every pass of the model, by its ablation's kind
