@@ -239,7 +239,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
 
     identity = eval_identity(model, predictors, data, max_gen_toks=max_gen_toks, hold_groups=hold_groups)
     runs_file = None if runs_file is None else Path(runs_file)
-    finished = _finished_runs(runs_file, identity, say) if runs_file is not None else {}
+    finished = _finished_runs(runs_file, identity) if runs_file is not None else {}
 
     def run(name: str, ablation, details: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
         """The run's record: ``summary`` (its accuracy) and what ``details`` reads off the ablation."""
@@ -338,22 +338,26 @@ def eval_identity(model, predictors: dict[str, Predictor], data: OracleData, *, 
             "predictors": weights, "max_gen_toks": max_gen_toks, "hold_groups": hold_groups}
 
 
-def _finished_runs(path: Path, identity: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+def _finished_runs(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
     """The runs recorded in ``path`` for this ``identity`` (none when the file is absent, unreadable
-    or of another setup; the last two are said)."""
+    or of another setup; the last two are said on standard error, with or without progress)."""
+    def say(text: str) -> None:
+        print(f"predict eval: {text}", file=sys.stderr, flush=True)
+
     if not path.is_file():
         return {}
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        runs, same = stored["runs"], stored["identity"] == identity and stored["format"] == RUNS_FORMAT
-        if not isinstance(runs, dict):
-            raise TypeError("runs is not a mapping")
+        runs, theirs = stored["runs"], stored["identity"]
+        if not isinstance(runs, dict) or not isinstance(theirs, dict):
+            raise TypeError("its runs or identity is not a mapping")
+        same = theirs == identity and stored["format"] == RUNS_FORMAT
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
         say(f"{path} is not a record of finished runs ({type(err).__name__}: {err}); running every run, "
             "and replacing it")
         return {}
     if not same:
-        differ = sorted(k for k in identity if stored["identity"].get(k) != identity[k]) or ["format"]
+        differ = sorted(k for k in identity if theirs.get(k) != identity[k]) or ["format"]
         say(f"{path} holds runs of another setup (it differs in {', '.join(differ)}); running every run, "
             "and replacing it")
         return {}

@@ -471,3 +471,9 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
     passes[:] = []
     assert cli.main([*evaluate_cmd, "--hold-groups", "0.5"]) == 0
     assert len(passes) == 9 and "it differs in hold_groups" in capsys.readouterr().err
+    # a damaged record is said and replaced, never half-read
+    (out / command.RUNS_FILE).write_text('{"format": 1, "identity": [], "runs": {}}')
+    passes[:] = []
+    assert cli.main(evaluate_cmd) == 0
+    assert len(passes) == 7 and "is not a record of finished runs" in capsys.readouterr().err
+    assert list(json.loads((out / command.RUNS_FILE).read_text())["runs"]) == list(fresh["accuracy"])
