@@ -237,7 +237,8 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         def loop_flags(abl) -> Tensor:
             return abl.stats.flagged_mask()[heldout_plan.sequence_ids]
 
-    identity = eval_identity(model, predictors, data, max_gen_toks=max_gen_toks, hold_groups=hold_groups)
+    identity = eval_identity(model, predictors, data, score=score, threshold=threshold, max_gen_toks=max_gen_toks,
+                             hold_groups=hold_groups)
     runs_file = None if runs_file is None else Path(runs_file)
     finished = _finished_runs(runs_file, identity) if runs_file is not None else {}
 
@@ -313,8 +314,8 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
 RUNS_FORMAT = 1
 
 
-def eval_identity(model, predictors: dict[str, Predictor], data: OracleData, *, max_gen_toks: int | None,
-                  hold_groups: float | None) -> dict[str, Any]:
+def eval_identity(model, predictors: dict[str, Predictor], data: OracleData, *, score: str, threshold: float,
+                  max_gen_toks: int | None, hold_groups: float | None) -> dict[str, Any]:
     """What :func:`evaluate_predictors`' runs depend on, as plain JSON: the model (name, dtype,
     device type), the oracle (score, τ), the inputs (a digest of their questions and token
     counts), each predictor (a digest of its weights and decision threshold) and the options that
@@ -330,7 +331,6 @@ def eval_identity(model, predictors: dict[str, Predictor], data: OracleData, *, 
                               for t in (p.mean, p.scale, p.down, p.up, p.bias)),
                             repr((p.config.decision_threshold, p.lookahead)).encode())
                for path, p in predictors.items()}
-    (score, threshold), = {(p.config.score, p.config.threshold) for p in predictors.values()}
     info = model_info(model)
     return {"model": info.name, "dtype": str(info.dtype), "device": model_device(model).type,
             "score": score, "threshold": threshold,
