@@ -1,1 +1,1 @@
-"""What every stage uses: the error types and atomic file writes."""
+"""What every stage uses: the error types, atomic file writes and the results folders' lock."""

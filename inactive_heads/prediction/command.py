@@ -8,7 +8,8 @@ decides the heads it holds while generating.
 built for fit + limit questions; the fit's questions are left out by identity) and prints, per
 predictor, per-layer precision and recall against the oracle with the realized fractions. Each
 run's record goes to ``DIR/eval.runs.json`` as it ends; an eval of the same setup that is started
-again takes the runs finished there (``--fresh`` runs them all again).
+again takes the runs finished there (``--fresh`` runs them all again). Both hold the folder's
+:class:`~inactive_heads.core.lock.FolderLock` while they write: a second fit or eval on it stops.
 """
 
 import argparse
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from ..core.errors import UserError
 from ..core.io import write_json_atomic
+from ..core.lock import FolderLock
 from ..core.text import text_table
 from .probe import CONFIG_FILE, FitOptions, Predictor
 
@@ -100,8 +102,6 @@ def _plan(model, args, limit: int | None):
 
 
 def _fit(args, load) -> int:
-    from .oracle import calibrated_threshold, collect_task_oracle, fit_from_oracle
-
     if args.limit is None:
         raise UserError("predict fit needs --limit N: the first N questions are the fit split (predict eval "
                         "uses the ones after them)")
@@ -111,6 +111,13 @@ def _fit(args, load) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a folder for the predictors (they go to OUT/lookahead-K/)")
+    with FolderLock(out, work="predict fit"):
+        return _fit_into(args, load, out)
+
+
+def _fit_into(args, load, out: Path) -> int:
+    from .oracle import calibrated_threshold, collect_task_oracle, fit_from_oracle
+
     lookaheads = sorted(set(args.lookahead))
     model = load(args)
     plan = _plan(model, args, args.limit)
@@ -132,10 +139,17 @@ def _fit(args, load) -> int:
 
 
 def _eval(args, load) -> int:
+    dirs = predictor_dirs(args.dir)
+    base = Path(args.dir)
+    folder = base if base.is_dir() else base.parent
+    with FolderLock(folder, work="predict eval"):
+        return _eval_in(args, load, dirs, folder)
+
+
+def _eval_in(args, load, dirs: list[Path], folder: Path) -> int:
     from ..evaluation.tasks import task_kind
     from .oracle import evaluate_predictors
 
-    dirs = predictor_dirs(args.dir)
     predictors = {str(d.resolve()): Predictor.load(d) for d in dirs}
     first = next(iter(predictors.values())).config
     task = args.task or first.task
@@ -157,8 +171,6 @@ def _eval(args, load) -> int:
         raise UserError("--hold-groups runs each predictor as an ablation; drop --no-closed-loop")
     if args.max_gen_toks is not None and task_kind(task) != "generation":
         raise UserError(f"--max-gen-toks applies to generation tasks (gsm8k), not {task}; drop it")
-    base = Path(args.dir)
-    folder = base if base.is_dir() else base.parent
     runs_file = folder / RUNS_FILE
     if args.fresh:
         runs_file.unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""A sweep's results folder: its lock, its paths, and the format of what it holds.
+"""A sweep's results folder: its paths, and the format of what it holds.
 
 ::
 
@@ -13,6 +13,7 @@
     runs.parquet        one row per run (written when the sweep command ends)
     questions.parquet   one row per run x question
     .lock               while a driver works on the folder: its host and pid
+                        (:class:`~inactive_heads.core.lock.FolderLock`)
     shards/             Ray executor only: the layout and each finished (run, shard)
 
 ``sweep.json`` and every record carry ``"format_version"`` (:data:`RESULTS_FORMAT`); a folder
@@ -27,8 +28,6 @@ construction; its record is the baseline's, marked ``"reused_from": "baseline"``
 """
 
 import json
-import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -44,75 +43,6 @@ LEGACY_SCORES_FILE = "scores.pt"
 STATIC_SCORES_FILE = "static_scores.safetensors"
 STATIC_HEADS_FILE = "static_heads.json"
 VOLATILE_FIELDS = ("seconds", "finished_at")
-
-
-class FolderInUseError(UserError, RuntimeError):
-    """Another driver holds the results folder's lock."""
-
-
-class FolderLock:
-    """``<out>/.lock`` (host, pid) while a driver works on a folder; a second driver refuses.
-
-    A lock left by a process that no longer runs on this host is taken over.
-    """
-
-    def __init__(self, out: Path):
-        self.path = Path(out) / ".lock"
-        self.mine = False
-        self.created: list[Path] = []  # folders made for the lock, deepest first
-
-    def __enter__(self) -> "FolderLock":
-        folder = self.path.parent
-        self.created = [p for p in (folder, *folder.parents) if not p.exists()]
-        folder.mkdir(parents=True, exist_ok=True)
-        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-            except FileExistsError:
-                if not self._stale():
-                    other = self._holder()
-                    raise FolderInUseError(
-                        f"'{self.path.parent}' is in use by another sweep (pid {other.get('pid')} on "
-                        f"{other.get('host')} since {other.get('since')}); wait for it, or delete "
-                        f"{self.path} if that process is gone"
-                    ) from None
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.mine = True
-            return self
-        raise RuntimeError(f"could not take the lock {self.path}; delete it if no sweep is running")
-
-    def _holder(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _stale(self) -> bool:
-        other = self._holder()
-        if other.get("host") != socket.gethostname() or not isinstance(other.get("pid"), int):
-            return False
-        try:
-            os.kill(other["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-    def __exit__(self, *exc) -> None:
-        if self.mine:
-            self.path.unlink(missing_ok=True)
-            self.mine = False
-        for folder in self.created:  # a sweep that stopped before writing anything leaves no folder
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        self.created = []
 
 
 # The results folder format. 1: folders written before a version was kept (no "format_version").

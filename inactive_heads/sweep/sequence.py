@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from ..analysis.tables import BASELINE
+from ..core.lock import FolderLock
 from ..scoring.calibration import Thresholds
 from .config import SweepConfig
 from .folder import (
     SCORES_FILE,
-    FolderLock,
     check_folder,
     find_scores_file,
     pending_runs,

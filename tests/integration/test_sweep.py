@@ -200,7 +200,7 @@ def test_a_second_driver_on_the_same_folder_refuses(tmp_path):
     import subprocess
     import sys
 
-    from inactive_heads.sweep.folder import FolderLock
+    from inactive_heads.core.lock import FolderLock
 
     with FolderLock(tmp_path):
         with pytest.raises(RuntimeError, match=f"in use by another sweep \\(pid {os.getpid()} on"):

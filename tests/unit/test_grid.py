@@ -70,7 +70,7 @@ def test_grid_file_is_checked_before_anything_runs(tmp_path):
 def test_sweep_cli_refuses_ray_options_without_ray_and_a_locked_folder(tmp_path, capsys):
     import os
 
-    from inactive_heads.sweep.folder import FolderLock
+    from inactive_heads.core.lock import FolderLock
 
     assert main(["sweep", "--out", str(tmp_path / "x"), "--workers", "2", "--scores", "awft"]) == 2
     assert "need --executor ray" in capsys.readouterr().err

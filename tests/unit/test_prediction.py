@@ -3,6 +3,7 @@ decision threshold, pooling, files, and PredictedAblation against an independent
 zeroing — on tiny random-weight models of both TransformerLens lines (GQA)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -477,3 +478,18 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
     assert cli.main(evaluate_cmd) == 0
     assert len(passes) == 7 and "is not a record of finished runs" in capsys.readouterr().err
     assert list(json.loads((out / command.RUNS_FILE).read_text())["runs"]) == list(fresh["accuracy"])
+
+    # one writer at a time: an eval or a fit on a folder another eval holds stops before loading anything
+    from inactive_heads.core.lock import FolderLock
+
+    before = (out / command.RUNS_FILE).read_bytes()
+    passes[:] = []
+    with FolderLock(out, work="predict eval"):
+        assert cli.main(evaluate_cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is in use by another predict eval (pid {os.getpid()} on" in err[0]
+        assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
+                         "--limit", "12", "--out", str(out)]) == 2
+        assert "is in use by another predict eval" in capsys.readouterr().err
+    assert passes == [] and (out / command.RUNS_FILE).read_bytes() == before
+    assert not (out / ".lock").exists()  # and the evals above left none behind
