@@ -38,11 +38,23 @@ import warnings
 from inactive_heads.core.versions import library_versions
 
 
-def timed(fn, rounds: int) -> list[float]:
+def synchronizer(device):
+    """What waits for ``device``'s queued work before a clock is read (nothing on the CPU)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def timed(fn, rounds: int, sync=lambda: None) -> list[float]:
     out = []
     for _ in range(rounds):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         out.append(time.perf_counter() - start)
     return out
 
@@ -104,7 +116,11 @@ def main():
     parser.add_argument("--context", type=int, default=1024, help="decode prompt tokens")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda, cuda:1, ... (default: the toolkit's choice, a GPU when there is one)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="the model's dtype; the equality verdict is given in float32 only")
     parser.add_argument("--predictor", default=None, metavar="DIR",
                         help="a predict fit folder, after predict eval: its held-out precision/recall and cost")
     args = parser.parse_args()
@@ -117,12 +133,14 @@ def main():
     from inactive_heads.models.tl_line import is_bridge
     from inactive_heads.pruning.skipping import skip_logits
     from inactive_heads.runtime.fast_attention import fast_attention
-    from inactive_heads.runtime.hooks import installed
+    from inactive_heads.runtime.hooks import installed, model_device
 
     warnings.filterwarnings("ignore")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = ih.load_model(args.model, dtype="float32", progress=False)
+    model = ih.load_model(args.model, dtype=args.dtype, device=args.device, progress=False)
+    device = model_device(model)
+    sync = synchronizer(device)
     info = ih.model_info(model)
     n_layers, n_heads = info.n_layers, info.n_heads
     n_pick = round(args.fraction * n_layers * n_heads)
@@ -154,8 +172,8 @@ def main():
     # 2. equality on a left-padded batch with two held sets
     gen = torch.Generator().manual_seed(0)
     rows = 2
-    tokens = torch.tensor([stream[:width], stream[width:2 * width]])
-    mask = torch.ones(rows, width, dtype=torch.long)
+    tokens = torch.tensor([stream[:width], stream[width:2 * width]], device=device)
+    mask = torch.ones(rows, width, dtype=torch.long, device=device)
     mask[1, :40] = 0
     mixed = held[None].repeat(rows, 1, 1)
     mixed[1] |= torch.rand(n_layers, n_heads, generator=gen) < 0.1
@@ -173,6 +191,7 @@ def main():
     rounding_floor = float((want - want_own)[real].abs().max())  # the same simulation in two attention forms
     scale = float(want[real].abs().max())
     tolerance = 1e-4 * max(1.0, scale)  # as the fast forward's first-use check: relative to the largest logit
+    exact_dtype = args.dtype == "float32"  # in 16-bit floats rounding alone moves logits by far more
     argmax_equal = bool(torch.equal(got[real].argmax(-1), want[real].argmax(-1)))
     print(f"skip vs zeroing simulation: max |logit diff| {logits_diff:.2e} (fused form), {logits_diff_own:.2e} "
           f"(the model's own attention), largest |logit| {scale:.1f}; argmax equal {argmax_equal}; the simulation "
@@ -182,7 +201,7 @@ def main():
     prefill = {}
     with torch.inference_mode():
         for T in lengths:
-            x = torch.tensor([stream[:T]])
+            x = torch.tensor([stream[:T]], device=device)
             fns = {
                 "dense_fast": lambda: _dense(model, x, extra, fast_attention),
                 "dense_same_code": lambda: skip_logits(model, x, held=torch.zeros_like(held), rule="skip"),
@@ -194,10 +213,10 @@ def main():
             for r in range(args.rounds):
                 order = list(fns) if r % 2 == 0 else list(reversed(fns))
                 for k in order:
-                    times[k] += timed(fns[k], 1)
+                    times[k] += timed(fns[k], 1, sync)
             best = {k: min(v) for k, v in times.items()}
             dense = min(best["dense_fast"], best["dense_same_code"])
-            predicted = ih.savings(model, heads, seq_len=T, dtype="float32").predicted_prefill_ratio
+            predicted = ih.savings(model, heads, seq_len=T, dtype=args.dtype).predicted_prefill_ratio
             prefill[T] = {"tps": {k: round(T / v, 1) for k, v in best.items()},
                           "ratio": dense / best["skip"], "predicted": predicted}
             print(f"prefill T={T}: " + ", ".join(f"{k} {T / v:.0f} tok/s" for k, v in best.items())
@@ -214,14 +233,14 @@ def main():
     outputs = {"skip": run(args.new_tokens, ablation=ablation, skip=True),
                "simulated": run(args.new_tokens, ablation=ablation)}
     decode_s = {name: min(decode_seconds(model, prompt[0], held if name != "dense_same_code" else None,
-                                         name == "simulated", args.new_tokens) for _ in range(args.rounds))
+                                         name == "simulated", args.new_tokens, sync) for _ in range(args.rounds))
                 for name in ("skip", "dense_same_code", "simulated")}
     n_dec = args.new_tokens - 1
     dense_decode = min(decode_s["dense_same_code"], decode_s["simulated"])
     tokens_equal = outputs["skip"].tokens == outputs["simulated"].tokens
     kv = outputs["skip"].skipping
     decode_pred = ih.savings(model, heads, seq_len=args.context + args.new_tokens // 2,
-                             dtype="float32").predicted_decode_ratio
+                             dtype=args.dtype).predicted_decode_ratio
     print(f"decode at {args.context} context, {args.new_tokens} new tokens: "
           + ", ".join(f"{k} {n_dec / v:.1f} tok/s" for k, v in decode_s.items())
           + f"; skip/dense {dense_decode / decode_s['skip']:.3f} (predicted {decode_pred:.3f}); tokens equal "
@@ -232,7 +251,9 @@ def main():
     print(json.dumps({
         **library_versions(),
         "model": args.model,
-        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
         "held_heads": len(heads),
         "held_fraction": len(heads) / (n_layers * n_heads),
         "held_source": source,
@@ -255,12 +276,15 @@ def main():
         "skip_logits_max_abs_diff_vs_own_attention": logits_diff_own,
         "simulation_fused_vs_own_max_abs_diff": rounding_floor,
         "skip_logits_tolerance": tolerance,
-        "skip_equals_simulation": bool(logits_diff <= tolerance and argmax_equal and tokens_equal),
+        "argmax_equal": argmax_equal,
+        "tokens_equal": tokens_equal,
+        "skip_equals_simulation": bool(logits_diff <= tolerance and argmax_equal and tokens_equal)
+        if exact_dtype else None,
         **predictor_fields(args.predictor, model, main_T),
     }))
 
 
-def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int) -> float:
+def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int, sync=lambda: None) -> float:
     """Seconds of ``new_tokens - 1`` greedy decode steps after a prefill of ``prompt`` (not timed):
     skipped (``held``, or nothing held: None) or simulated (every head computed, ``held`` zeroed at
     hook_z), each with its cached decode."""
@@ -277,6 +301,8 @@ def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int) -> flo
     info_heads = (model.cfg.n_layers, model.cfg.n_heads)
     mask = held if held is not None else torch.zeros(info_heads, dtype=torch.bool)
     tokens, pad = _left_padded([prompt], [0])
+    device = next(model.parameters()).device
+    tokens, pad = tokens.to(device), pad.to(device)
     with ExitStack() as stack:
         stack.enter_context(torch.inference_mode())
         if simulated:
@@ -288,9 +314,11 @@ def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int) -> flo
             stack.enter_context(skipping(model, mask[None], rule="skip"))
         batch = cached(model, tokens, pad)
         nxt = batch.logits.argmax(dim=-1)
+        sync()
         start = time.perf_counter()
         for _ in range(new_tokens - 1):
             nxt = batch.step(nxt).argmax(dim=-1)
+        sync()
         return time.perf_counter() - start
 
 
