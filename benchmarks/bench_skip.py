@@ -19,8 +19,9 @@ Steps, all in one run (inactive_heads.pruning.skipping; docs/skipping.md):
    (``generate(..., decision="prompt", skip=True)``, its tokens against the simulated
    prompt-held run's); the decode steps alone timed (after an untimed prefill), skipped against
    the same code with nothing held and against the simulated cached decode (every head
-   computed, held ones zeroed), best of ``--rounds``; the ratio is against the faster dense one;
-   KV bytes measured from the cache tensors against the accountant.
+   computed, held ones zeroed), best of ``--rounds``; the ratio is against the faster dense one,
+   beside the accountant's two predictions: by FLOPs and by bytes read (what a decode bound by
+   memory traffic saves); KV bytes measured from the cache tensors against the accountant.
 
 The predictor fields (``predictor_precision``, ``predictor_recall``, ``predictor_cost_fraction``)
 come from ``--predictor DIR``, a folder written by ``inactive-heads predict fit`` on which
@@ -239,11 +240,12 @@ def main():
     dense_decode = min(decode_s["dense_same_code"], decode_s["simulated"])
     tokens_equal = outputs["skip"].tokens == outputs["simulated"].tokens
     kv = outputs["skip"].skipping
-    decode_pred = ih.savings(model, heads, seq_len=args.context + args.new_tokens // 2,
-                             dtype=args.dtype).predicted_decode_ratio
+    decode_savings = ih.savings(model, heads, seq_len=args.context + args.new_tokens // 2, dtype=args.dtype)
+    decode_pred, decode_bytes_pred = decode_savings.predicted_decode_ratio, decode_savings.predicted_decode_bytes_ratio
     print(f"decode at {args.context} context, {args.new_tokens} new tokens: "
           + ", ".join(f"{k} {n_dec / v:.1f} tok/s" for k, v in decode_s.items())
-          + f"; skip/dense {dense_decode / decode_s['skip']:.3f} (predicted {decode_pred:.3f}); tokens equal "
+          + f"; skip/dense {dense_decode / decode_s['skip']:.3f} (predicted {decode_pred:.3f} by FLOPs, "
+          f"{decode_bytes_pred:.3f} by bytes read); tokens equal "
           f"{tokens_equal}; KV bytes measured {kv['kv_bytes_measured_end']} predicted {kv['kv_bytes_predicted_end']}; "
           f"whole KV groups held {100 * kv['kv_groups_held_fraction']:.1f} %")
 
@@ -269,6 +271,7 @@ def main():
         "decode_tps": {k: round(n_dec / v, 2) for k, v in decode_s.items()},
         "ratio_decode_skip_vs_dense": round(dense_decode / decode_s["skip"], 4),
         "predicted_decode_ratio": round(decode_pred, 4),
+        "predicted_decode_bytes_ratio": round(decode_bytes_pred, 4),
         "kv_bytes_measured": kv["kv_bytes_measured_end"],
         "kv_bytes_predicted": kv["kv_bytes_predicted_end"],
         "kv_bytes_measured_vs_predicted": kv["kv_bytes_measured_vs_predicted"],

@@ -15,6 +15,11 @@ Counting rules (docs/pruning.md, "The accountant"):
   4·d_head·(n + 1)/2; decode at context n pays 4·d_head·n. The rest of the model (MLP, LM head)
   is counted for the totals, so that a throughput ratio can be predicted;
 - KV-cache bytes: 2 (keys, values) · kept key/value heads · d_head · tokens · bytes per value.
+- Decode **bytes read** per token (one sequence): a decode step reads every weight once (an untied
+  input embedding only by its one row, so its table is left out) and the whole KV cache at its
+  context. Removed heads save their weights and their freed KV heads' cache. Where one token's
+  work is bound by memory traffic rather than arithmetic — a decode step of a large model on a
+  GPU — this ratio, not the FLOP ratio, is the speed-up to expect.
 
 :func:`savings` gives these figures for one fixed set of heads, :func:`oracle_savings` for each
 input of a dynamic run (what an oracle that skipped each input's flagged heads would save), and
@@ -127,6 +132,12 @@ class ModelShape:
         return (self.n_layers * (self.n_heads * self.q_head_flops(attended) + self.n_kv_heads * self.kv_head_flops())
                 + self.rest_flops())
 
+    def decode_bytes_per_token(self, context: int | float, n_bytes: int) -> float:
+        """Bytes one decode step reads at ``context`` cached tokens: every weight (an untied input
+        embedding only by its one row: its table is left out) and the whole KV cache."""
+        weights = self.n_params() - (0 if self.tied_embeddings else self.vocab_size * self.d_model)
+        return float(n_bytes * (weights + 2 * self.n_layers * self.n_kv_heads * self.d_head * context))
+
 
 @lru_cache(maxsize=1)
 def _paper_shapes() -> dict[str, dict[str, Any]]:
@@ -229,6 +240,8 @@ class Savings:
     prefill_flops_per_token_removed: float
     decode_flops_per_token: float
     decode_flops_per_token_removed: float
+    decode_bytes_per_token: float
+    decode_bytes_per_token_removed: float
     kv_cache_bytes: dict[int, int]
     kv_cache_bytes_removed: dict[int, int]
     projection: bool = False
@@ -242,10 +255,16 @@ class Savings:
     def predicted_decode_ratio(self) -> float:
         return self.decode_flops_per_token / (self.decode_flops_per_token - self.decode_flops_per_token_removed)
 
+    @property
+    def predicted_decode_bytes_ratio(self) -> float:
+        """Dense / pruned bytes read per decode step: the speed-up of a decode bound by memory traffic."""
+        return self.decode_bytes_per_token / (self.decode_bytes_per_token - self.decode_bytes_per_token_removed)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["predicted_prefill_ratio"] = self.predicted_prefill_ratio
         d["predicted_decode_ratio"] = self.predicted_decode_ratio
+        d["predicted_decode_bytes_ratio"] = self.predicted_decode_bytes_ratio
         return d
 
     def table(self):
@@ -260,6 +279,8 @@ class Savings:
              self.prefill_flops_per_token_removed),
             (f"decode FLOPs/token (context {self.seq_len})", self.decode_flops_per_token,
              self.decode_flops_per_token_removed),
+            (f"decode bytes read/token (context {self.seq_len}, {self.dtype})", self.decode_bytes_per_token,
+             self.decode_bytes_per_token_removed),
         ]
         rows += [(f"KV cache bytes at {n} tokens ({self.dtype})", self.kv_cache_bytes[n],
                   self.kv_cache_bytes_removed[n]) for n in self.kv_cache_bytes]
@@ -280,11 +301,13 @@ def _mask(shape: ModelShape, heads) -> Tensor:
 def _figures(shape: ModelShape, nq, nkv, nempty, seq_len: int, n_bytes: int) -> dict[str, Any]:
     """The removed figures from counts (tensors or ints, elementwise)."""
     prefill_attended = (seq_len + 1) / 2
+    params_removed = nq * shape.q_head_params() + nkv * shape.kv_head_params() + nempty * shape.d_model
     return {
-        "params_removed": nq * shape.q_head_params() + nkv * shape.kv_head_params() + nempty * shape.d_model,
+        "params_removed": params_removed,
         "prefill_flops_per_token_removed": nq * shape.q_head_flops(prefill_attended) + nkv * shape.kv_head_flops(),
         "decode_flops_per_token_removed": nq * shape.q_head_flops(seq_len) + nkv * shape.kv_head_flops(),
         "kv_bytes_per_token_removed": 2 * nkv * shape.d_head * n_bytes,
+        "decode_bytes_per_token_removed": n_bytes * (params_removed + 2 * nkv * shape.d_head * seq_len),
     }
 
 
@@ -297,7 +320,7 @@ def savings(model, heads, *, seq_len: int = 2048, dtype: torch.dtype | str | Non
     (4, 1, 5242880)
 
     ``model``: anything :func:`model_shape` accepts. ``heads``: a ``HeadSet`` or (layer, head)
-    pairs. ``seq_len``: the prefill length (and the decode context). ``dtype``: of the KV cache
+    pairs. ``seq_len``: the prefill length (and the decode context). ``dtype``: of the KV cache and the weights
     (default: the model's, else bfloat16).
     """
     shape = model_shape(model)
@@ -325,6 +348,8 @@ def savings(model, heads, *, seq_len: int = 2048, dtype: torch.dtype | str | Non
         prefill_flops_per_token_removed=float(fig["prefill_flops_per_token_removed"]),
         decode_flops_per_token=shape.flops_per_token(seq_len),
         decode_flops_per_token_removed=float(fig["decode_flops_per_token_removed"]),
+        decode_bytes_per_token=shape.decode_bytes_per_token(seq_len, n_bytes),
+        decode_bytes_per_token_removed=float(fig["decode_bytes_per_token_removed"]),
         kv_cache_bytes={n: dense_kv_per_token * n for n in kv_lengths},
         kv_cache_bytes_removed={n: int(fig["kv_bytes_per_token_removed"]) * n for n in kv_lengths},
         projection=getattr(model, "name", None) in _paper_shapes() if isinstance(model, ModelShape)
@@ -407,6 +432,7 @@ def paper_projections(fraction: Real, *, seq_len: int = 2048, dtype: torch.dtype
         lo = _figures(shape, nq, kv_min, 0, seq_len, n_bytes)
         hi = _figures(shape, nq, kv_max, 0, seq_len, n_bytes)
         dense_prefill = shape.flops_per_token((seq_len + 1) / 2)
+        dense_decode_bytes = shape.decode_bytes_per_token(seq_len, n_bytes)
         dense_kv = 2 * shape.n_layers * shape.n_kv_heads * shape.d_head * n_bytes
         rows.append({
             "model": name,
@@ -421,6 +447,8 @@ def paper_projections(fraction: Real, *, seq_len: int = 2048, dtype: torch.dtype
             "params_removed_max": int(hi["params_removed"]),
             "prefill_flops_removed_pct_min": 100.0 * lo["prefill_flops_per_token_removed"] / dense_prefill,
             "prefill_flops_removed_pct_max": 100.0 * hi["prefill_flops_per_token_removed"] / dense_prefill,
+            "decode_bytes_removed_pct_min": 100.0 * lo["decode_bytes_per_token_removed"] / dense_decode_bytes,
+            "decode_bytes_removed_pct_max": 100.0 * hi["decode_bytes_per_token_removed"] / dense_decode_bytes,
             **{f"kv_cache_bytes_{n // 1024}k": dense_kv * n for n in KV_LENGTHS},
             **{f"kv_cache_bytes_removed_max_{n // 1024}k": int(hi["kv_bytes_per_token_removed"]) * n
                for n in KV_LENGTHS},

@@ -20,8 +20,9 @@ def test_bench_skip_runs_on_cpu_and_its_last_line_is_the_json_the_issue_names():
     assert (summary["device"], summary["dtype"], summary["threads"]) == ("cpu", "float32", 1)
     assert summary["held_heads"] == 54  # 20 % of SmolLM2's 30 x 9 heads
     for key in ("ratio_prefill_skip_vs_dense", "ratio_prefill_measured_vs_predicted", "ratio_decode_skip_vs_dense",
-                "kv_bytes_measured_vs_predicted", "skip_equals_simulation", "predictor_precision",
-                "predictor_recall", "predictor_cost_fraction", "transformer_lens_version", "torch_version"):
+                "kv_bytes_measured_vs_predicted", "skip_equals_simulation", "predicted_decode_bytes_ratio",
+                "predictor_precision", "predictor_recall", "predictor_cost_fraction", "transformer_lens_version",
+                "torch_version"):
         assert key in summary, key
     assert summary["skip_equals_simulation"] is True and summary["tokens_equal"] and summary["argmax_equal"]
     assert summary["skip_logits_max_abs_diff"] <= summary["skip_logits_tolerance"]

@@ -212,6 +212,13 @@ def test_savings_of_a_paper_model_by_hand():
     assert s.decode_flops_per_token_removed == 5 * (4 * 4096 * 128 + 4 * 128 * 1000) + 4 * 4096 * 128
     # KV cache: 2 · 32 layers · 8 heads · 128 · 2 bytes = 131072 bytes per token
     assert s.kv_cache_bytes[2048] == 131072 * 2048 and s.kv_cache_bytes_removed[8192] == 2 * 128 * 2 * 8192
+    # a decode step at context 1000 reads the weights but the untied input table (128256 x 4096) and
+    # the cache, 2 bytes each; the heads take their weights and one KV head's 2 x 128 values per token
+    weights = 8_030_261_248 - 128256 * 4096
+    assert s.decode_bytes_per_token == 2 * weights + 131072 * 1000
+    assert s.decode_bytes_per_token_removed == 2 * (5 * 2 * 4096 * 128 + 2 * 4096 * 128) + 2 * 128 * 2 * 1000
+    assert s.to_dict()["predicted_decode_bytes_ratio"] == pytest.approx(
+        15_140_921_344 / (15_140_921_344 - 13_094_912), rel=1e-12)
     assert s.projection
 
 
@@ -220,6 +227,11 @@ def test_paper_projections_bounds():
     llama = table.loc["meta-llama/Llama-3.1-8B"]
     assert llama["query_heads_removed"] == 128 and llama["kv_heads_removable_max"] == 32
     assert llama["kv_heads_removable_min"] == 0  # 128 heads fit 3 per group in 256 groups
+    # decode bytes at 2048 (bf16): 128 heads' q/o weights, and at best 32 KV heads' weights and cache
+    dense = 2 * (8_030_261_248 - 128256 * 4096) + 131072 * 2048
+    assert llama["decode_bytes_removed_pct_min"] == pytest.approx(100 * 2 * 128 * 2 * 4096 * 128 / dense, rel=1e-12)
+    assert llama["decode_bytes_removed_pct_max"] == pytest.approx(
+        100 * (2 * (128 + 32) * 2 * 4096 * 128 + 32 * 2 * 128 * 2 * 2048) / dense, rel=1e-12)
     olmo = table.loc["allenai/OLMo-2-1124-7B"]  # no GQA: every removed head frees its KV head
     assert olmo["kv_heads_removable_min"] == olmo["kv_heads_removable_max"] == 128
     assert table.loc["Qwen/Qwen2.5-14B", "params_total"] == 14_770_033_664
