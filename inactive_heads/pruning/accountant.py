@@ -132,11 +132,15 @@ class ModelShape:
         return (self.n_layers * (self.n_heads * self.q_head_flops(attended) + self.n_kv_heads * self.kv_head_flops())
                 + self.rest_flops())
 
+    def kv_bytes_per_token(self, n_bytes: int) -> int:
+        """KV-cache bytes of one cached token: keys and values of every KV head of every layer."""
+        return 2 * self.n_layers * self.n_kv_heads * self.d_head * n_bytes
+
     def decode_bytes_per_token(self, context: int | float, n_bytes: int) -> float:
         """Bytes one decode step reads at ``context`` cached tokens: every weight (an untied input
         embedding only by its one row: its table is left out) and the whole KV cache."""
         weights = self.n_params() - (0 if self.tied_embeddings else self.vocab_size * self.d_model)
-        return float(n_bytes * (weights + 2 * self.n_layers * self.n_kv_heads * self.d_head * context))
+        return float(n_bytes * weights + self.kv_bytes_per_token(n_bytes) * context)
 
 
 @lru_cache(maxsize=1)
@@ -332,7 +336,7 @@ def savings(model, heads, *, seq_len: int = 2048, dtype: torch.dtype | str | Non
     n_bytes = _dtype_bytes(dtype)
     counts = {k: int(v) for k, v in removal_counts(shape, _mask(shape, heads)).items()}
     fig = _figures(shape, counts["query_heads"], counts["kv_heads"], counts["empty_layers"], seq_len, n_bytes)
-    dense_kv_per_token = 2 * shape.n_layers * shape.n_kv_heads * shape.d_head * n_bytes
+    dense_kv_per_token = shape.kv_bytes_per_token(n_bytes)
     return Savings(
         model=shape.name,
         seq_len=seq_len,
@@ -433,7 +437,7 @@ def paper_projections(fraction: Real, *, seq_len: int = 2048, dtype: torch.dtype
         hi = _figures(shape, nq, kv_max, 0, seq_len, n_bytes)
         dense_prefill = shape.flops_per_token((seq_len + 1) / 2)
         dense_decode_bytes = shape.decode_bytes_per_token(seq_len, n_bytes)
-        dense_kv = 2 * shape.n_layers * shape.n_kv_heads * shape.d_head * n_bytes
+        dense_kv = shape.kv_bytes_per_token(n_bytes)
         rows.append({
             "model": name,
             "projection": True,
