@@ -33,31 +33,15 @@ at the prefill length of the ratios); null without it. The last line printed is 
 
 import argparse
 import json
+import sys
 import time
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clock import synchronizer, timed  # noqa: E402  (the benchmarks' one device-aware clock)
 
 from inactive_heads.core.versions import library_versions
-
-
-def synchronizer(device):
-    """What waits for ``device``'s queued work before a clock is read (nothing on the CPU)."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def timed(fn, rounds: int, sync=lambda: None) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def predictor_fields(directory, model=None, seq_len: int = 2048):

@@ -32,6 +32,10 @@ import math
 import resource
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clock import synchronizer  # noqa: E402  (the benchmarks' one device-aware clock)
 
 from inactive_heads.core.versions import library_versions
 
@@ -76,13 +80,6 @@ def _peak_memory_mb(device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak RSS (process)"
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
 def _stderr(acc: float, n: int) -> float:
     return math.sqrt(acc * (1 - acc) / n) if n else float("nan")
 
@@ -113,25 +110,26 @@ def run_one(args, dtype) -> dict:
     load_s = time.perf_counter() - start
     info = ih.model_info(model)
     device = str(model_device(model))
+    sync = synchronizer(device)
     plan = plan_evaluation(model, "mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=args.num_fewshot)
     if len(plan.requests) < args.n:
         raise SystemExit(f"only {len(plan.requests)} MMLU questions in --subjects/--limit; lower --n")
     inputs = plan.inputs[: args.n]  # MMLU: one forward input per question, in question order
-    _sync(device)
+    sync()
     start = time.perf_counter()
     hs = ih.record_scores(model, inputs, list(AGREEMENT_SCORES), batch_size=args.batch_size, progress=False)
-    _sync(device)
+    sync()
     record_s = time.perf_counter() - start
     n_tokens = sum(len(x) for x in inputs)
 
     eval_plan = _first_questions(plan, args.eval_n)
     plain = evaluate(model, eval_plan, batch_size=args.batch_size, progress=False)
     tau = calibrate(hs["ahon_ln"], "ahon_ln", [P]).at(P)
-    _sync(device)
+    sync()
     start = time.perf_counter()
     ablated = evaluate(model, eval_plan, ablation=ih.DynamicAblation("ahon_ln", tau),
                        batch_size=args.batch_size, progress=False)
-    _sync(device)
+    sync()
     eval_s = time.perf_counter() - start
     peak, peak_kind = _peak_memory_mb(device)
     out = {
