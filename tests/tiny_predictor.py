@@ -11,13 +11,14 @@ from inactive_heads.prediction.probe import FitOptions
 TAU = 0.98  # ahon_ln on the tiny models: flags some heads of every layer, not all
 
 
-def tiny_plan(sequences, seed=0) -> EvalPlan:
-    """A 3-choice, one-token-answer task over ``sequences`` (one forward input per question)."""
+def tiny_plan(sequences, seed=0, subject="tiny") -> EvalPlan:
+    """A 3-choice, one-token-answer task over ``sequences`` (one forward input per question) of one
+    ``subject``."""
     gen = torch.Generator().manual_seed(seed)
     requests = []
     for i, seq in enumerate(sequences):
         answers = torch.randint(0, 97, (3,), generator=gen).tolist()
-        requests.append(Request("mmlu", i, "tiny", tuple(Choice(tuple(seq), (a,), f" {a}") for a in answers), 0,
+        requests.append(Request("mmlu", i, subject, tuple(Choice(tuple(seq), (a,), f" {a}") for a in answers), 0,
                                 f"q{i}"))
     inputs, targets, cut = index_forward_inputs("mmlu", requests, 64)
     return EvalPlan("mmlu", requests, inputs, targets, {"task": "mmlu"}, n_truncated=cut)

@@ -74,6 +74,13 @@ def question_key(request) -> str:
     return hashlib.sha1(f"{subject}\x00{request.context_text}".encode()).hexdigest()[:16]
 
 
+def plan_question_keys(plan) -> list[str]:
+    """The question of each forward input of a multiple-choice plan, or of each generation request."""
+    if _is_generation(plan):
+        return [question_key(r) for r in plan]
+    return [question_key(plan.requests[targets[0][0]]) for targets in plan.targets]
+
+
 def _is_generation(plan) -> bool:
     return not isinstance(plan, EvalPlan)
 
@@ -95,8 +102,7 @@ def collect_oracle(model, plan: EvalPlan, score: str, threshold: float, *, batch
     n = len(plan.inputs)
     if flags.shape[0] != n or oracle.features is None:
         raise UserError(f"the oracle pass saw {flags.shape[0]} of {n} inputs; nothing to fit on")
-    keys = [question_key(plan.requests[targets[0][0]]) for targets in plan.targets]
-    return OracleData(oracle.features.cpu(), flags, keys, [len(x) for x in plan.inputs], result)
+    return OracleData(oracle.features.cpu(), flags, plan_question_keys(plan), [len(x) for x in plan.inputs], result)
 
 
 def collect_oracle_prompts(model, requests, score: str, threshold: float, *, batch_size: int = 8) -> OracleData:
@@ -111,8 +117,7 @@ def collect_oracle_prompts(model, requests, score: str, threshold: float, *, bat
         raise UserError("no prompt to run the oracle on")
     oracle = _OracleWithFeatures(score, threshold, len(prompts), info.n_layers, info.d_model)
     flags = decide_on_prompts(model, prompts, oracle, batch_size)
-    return OracleData(oracle.features.cpu(), flags, [question_key(r) for r in requests],
-                      [len(p) for p in prompts], None)
+    return OracleData(oracle.features.cpu(), flags, plan_question_keys(requests), [len(p) for p in prompts], None)
 
 
 def collect_task_oracle(model, plan, score: str, threshold: float, *, batch_size: int = 8,
@@ -205,10 +210,16 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         if progress:
             print(f"predict eval: {text} [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 
+    fit_questions = set().union(*(set(p.config.fit.get("questions", ())) for p in predictors.values()))
+    saved_counts = next((p.config.fit["oracle_flag_counts"] for p in predictors.values()
+                         if "oracle_flag_counts" in p.config.fit), None)
+    if baselines and saved_counts is None and fit_questions.isdisjoint(plan_question_keys(plan)):
+        raise UserError("the static set of --baselines ranks heads by the oracle's flags on the fit questions, "
+                        "which this plan does not hold (other subjects?) and the predictor does not save (fit "
+                        "before it did); fit it again with predict fit, or drop --baselines")
     say(f"the oracle's pass for its flags and features ({len(plan) if _is_generation(plan) else len(plan.inputs)} "
         "inputs)")
     data = collect_task_oracle(model, plan, score, threshold, batch_size=batch_size, progress=progress)
-    fit_questions = set().union(*(set(p.config.fit.get("questions", ())) for p in predictors.values()))
     keep = [k not in fit_questions for k in data.question_keys]
     if not any(keep):
         raise UserError("every question of this plan was used to fit the predictor; evaluate on others "
@@ -295,15 +306,19 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     if baselines:
         fraction = float(held.flags.double().mean())
         fit_part = [not k for k in keep]
+        # ranked by the oracle's flags on the fit questions: from this plan's pass where it holds them,
+        # else as the fit saved them (a split by subject)
         if any(fit_part):
-            counts = select(data, fit_part).flags.sum(dim=0).flatten()
-            k = int(round(fraction * counts.numel()))
-            top = counts.argsort(descending=True, stable=True)[:k].tolist()
-            heads = [(i // info.n_heads, i % info.n_heads) for i in top]
-            # the per-input decision's yardstick: the same heads on every input, against the oracle
-            out["static_set"] = {"n_heads": len(heads), "vs_oracle": compare(
-                held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
-            accuracy["static"] = run("static", StaticAblation(heads))["summary"]
+            counts, counted = select(data, fit_part).flags.sum(dim=0).flatten(), "this plan's fit questions"
+        else:
+            counts, counted = torch.tensor(saved_counts).flatten(), "the fit's saved counts"
+        k = int(round(fraction * counts.numel()))
+        top = counts.argsort(descending=True, stable=True)[:k].tolist()
+        heads = [(i // info.n_heads, i % info.n_heads) for i in top]
+        # the per-input decision's yardstick: the same heads on every input, against the oracle
+        out["static_set"] = {"n_heads": len(heads), "ranked_by": counted, "vs_oracle": compare(
+            held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
+        accuracy["static"] = run("static", StaticAblation(heads))["summary"]
         accuracy["random"] = run("random", RandomAblation(fraction, seed=0))["summary"]
         accuracy["none"] = run("none", None)["summary"]
     out["accuracy"] = accuracy

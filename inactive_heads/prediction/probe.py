@@ -349,7 +349,11 @@ def fit_predictor(
     mean, scale, down, up, bias = (torch.stack([p_[i] for p_ in parts]) for i in range(5))
     config = PredictorConfig(model=model, n_layers=L, n_heads=H, d_model=d, score=score, threshold=float(threshold),
                              lookahead=lookahead, rank=options.rank, decision_threshold=0.0, task=task, p=p,
-                             fit={"options": asdict(options), "n_sequences": n}, versions=library_versions())
+                             fit={"options": asdict(options), "n_sequences": n,
+                                  # per (layer, head): on how many fit sequences the oracle held it (the
+                                  # static set's ranking when the fit questions are not in an eval's plan)
+                                  "oracle_flag_counts": flags.sum(dim=0).tolist()},
+                             versions=library_versions())
     predictor = Predictor(config, mean, scale, down, up, bias)
     all_logits = torch.stack([predictor.logits(l, features[:, feature_layer(l, lookahead)]) for l in range(L)], 1)
     oracle = float(flags.double().mean())

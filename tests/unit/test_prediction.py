@@ -310,6 +310,46 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
         assert any(line.startswith(f"predict eval: {name}: accuracy {100 * run['accuracy']:.1f} %") for line in lines)
 
 
+def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, tmp_path, monkeypatch, capsys):
+    """An eval whose plan holds none of the fit questions (other MMLU subjects) still runs the static
+    set, ranked by the oracle's flags on the fit questions as the fit saved them; a predictor saved
+    without them is a one-line error before the model runs."""
+    from inactive_heads.prediction import command, oracle
+
+    sequences = random_sequences(24, seed=71, min_len=6, max_len=20)
+    out = tmp_path / "p"
+    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
+    fit_pass = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU)  # an oracle pass of its own
+    for folder in out.iterdir():  # what the fit saved: per (layer, head), on how many fit sequences it was held
+        assert Predictor.load(folder).config.fit["oracle_flag_counts"] == fit_pass.flags.sum(dim=0).tolist()
+    heldout = tiny_plan(sequences[16:], subject="other")  # another subject: none of the fit's questions
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: heldout)
+    capsys.readouterr()
+    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert result["n_fit_questions_in_plan"] == 0 and result["n_heldout_questions"] == 8
+    assert set(result["accuracy"]) == {"static", "random", "none"}
+    counts = fit_pass.flags.sum(dim=0).flatten().numpy()
+    held = collect_oracle(tiny, heldout, "ahon_ln", TAU).flags.flatten(1).numpy()
+    k = result["static_set"]["n_heads"]
+    chosen = np.zeros(counts.size, dtype=bool)
+    chosen[np.argsort(-counts, kind="stable")[:k]] = True
+    hits = (held & chosen).sum()
+    assert 0 < hits < held.sum() and result["static_set"]["ranked_by"] == "the fit's saved counts"
+    assert result["static_set"]["vs_oracle"]["summary"]["micro_recall"] == pytest.approx(hits / held.sum())
+
+    for folder in out.iterdir():  # a predictor from before the counts were saved
+        if folder.is_dir():
+            saved = json.loads((folder / "predictor.json").read_text())
+            del saved["fit"]["oracle_flag_counts"]
+            (folder / "predictor.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(oracle, "collect_task_oracle", lambda *a, **k: pytest.fail("the model ran"))
+    capsys.readouterr()
+    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fit it again with predict fit, or drop --baselines" in err[0]
+
+
 def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(tiny, features, tmp_path):
     """PredictedAblation(hold_groups=F) against the plain predictor's decisions, group by group
     (the tiny GQA model: 6 query heads in 2 KV groups of 3)."""
