@@ -271,6 +271,14 @@ def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monke
                      "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
 
 
+def most_flagged(counts, k):
+    """The static set by hand: a mask of the ``k`` (layer, head) pairs with the most flags (NumPy's
+    stable sort breaks ties by position)."""
+    chosen = np.zeros(counts.size, dtype=bool)
+    chosen[np.argsort(-counts, kind="stable")[:k]] = True
+    return chosen
+
+
 def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
     sequences = random_sequences(24, seed=61, min_len=6, max_len=20)
     out = tmp_path / "p"
@@ -293,8 +301,7 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     fit_counts = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
     oracle = held.flags.flatten(1).numpy()
     k = result["static_set"]["n_heads"]
-    chosen = np.zeros(fit_counts.size, dtype=bool)
-    chosen[np.argsort(-fit_counts, kind="stable")[:k]] = True
+    chosen = most_flagged(fit_counts, k)
     hits = (oracle & chosen).sum()
     static = result["static_set"]["vs_oracle"]["summary"]
     assert 0 < hits < oracle.sum()
@@ -332,8 +339,7 @@ def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, t
     counts = fit_pass.flags.sum(dim=0).flatten().numpy()
     held = collect_oracle(tiny, heldout, "ahon_ln", TAU).flags.flatten(1).numpy()
     k = result["static_set"]["n_heads"]
-    chosen = np.zeros(counts.size, dtype=bool)
-    chosen[np.argsort(-counts, kind="stable")[:k]] = True
+    chosen = most_flagged(counts, k)
     hits = (held & chosen).sum()
     assert 0 < hits < held.sum() and result["static_set"]["ranked_by"] == "the fit's saved counts"
     assert result["static_set"]["vs_oracle"]["summary"]["micro_recall"] == pytest.approx(hits / held.sum())
