@@ -11,15 +11,16 @@ from inactive_heads.prediction.probe import FitOptions
 TAU = 0.98  # ahon_ln on the tiny models: flags some heads of every layer, not all
 
 
-def tiny_plan(sequences, seed=0, subject="tiny") -> EvalPlan:
+def tiny_plan(sequences, seed=0, subject="tiny", texts=None) -> EvalPlan:
     """A 3-choice, one-token-answer task over ``sequences`` (one forward input per question) of one
-    ``subject``."""
+    ``subject``; ``texts``: the questions' prompt texts, their identity (default q0, q1, ...)."""
     gen = torch.Generator().manual_seed(seed)
+    texts = [f"q{i}" for i in range(len(sequences))] if texts is None else texts
     requests = []
-    for i, seq in enumerate(sequences):
+    for i, (seq, text) in enumerate(zip(sequences, texts, strict=True)):
         answers = torch.randint(0, 97, (3,), generator=gen).tolist()
         requests.append(Request("mmlu", i, subject, tuple(Choice(tuple(seq), (a,), f" {a}") for a in answers), 0,
-                                f"q{i}"))
+                                text))
     inputs, targets, cut = index_forward_inputs("mmlu", requests, 64)
     return EvalPlan("mmlu", requests, inputs, targets, {"task": "mmlu"}, n_truncated=cut)
 

@@ -230,8 +230,10 @@ def format_eval(result: dict) -> str:
                   f"probe cost: {100 * cost['at_mean_len']:.3f}% of a layer's multiply-adds at the mean length "
                   f"{cost['mean_seq_len']} tokens ({100 * cost['at_min_len']:.3f}% at the shortest, {cost['min_seq_len']})"]
     if "static_set" in result:
-        s = result["static_set"]["vs_oracle"]["summary"]
-        lines += ["", f"static set of the same size ({result['static_set']['n_heads']} heads, held on every input) "
+        static = result["static_set"]
+        s = static["vs_oracle"]["summary"]
+        ranked = f", ranked by {static['ranked_by']}" if "ranked_by" in static else ""  # older eval.json: not saved
+        lines += ["", f"static set of the same size ({static['n_heads']} heads, held on every input{ranked}) "
                   f"against the oracle: mean precision {_num(s['mean_precision'])}, recall {_num(s['mean_recall'])}; "
                   f"pooled {_num(s['micro_precision'])}, {_num(s['micro_recall'])}"]
     if result.get("accuracy"):

@@ -167,9 +167,10 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     ablation — the stream it reads reflects its own earlier zeroing — with its flags compared with
     the oracle's and both accuracies on the held-out questions. ``baselines``: also a static set of
     the oracle's held-out realized fraction — the (layer, head) pairs the oracle flags most often on
-    the plan's fit questions — and Random at that fraction (seed 0); ``static_set`` holds that
-    set's own precision and recall against the oracle's held-out flags, the yardstick a per-input
-    decision has to beat.
+    the fit questions, counted in this pass when the plan holds all of them, else as the fit saved
+    them — and Random at that fraction (seed 0); ``static_set`` holds that set's heads, where its
+    ranking came from, and its own precision and recall against the oracle's held-out flags, the
+    yardstick a per-input decision has to beat.
 
     ``plan`` is an :class:`EvalPlan` or a generation task's requests (GSM8K, from ``plan_for_task``).
     For the latter the oracle and the predictors decide on each prompt and hold their heads for
@@ -253,14 +254,18 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     runs_file = None if runs_file is None else Path(runs_file)
     finished = _finished_runs(runs_file, identity) if runs_file is not None else {}
 
-    def run(name: str, ablation, details: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The run's record: ``summary`` (its accuracy) and what ``details`` reads off the ablation."""
-        if name in finished:
+    def run(name: str, ablation, details: Callable[[Any], dict[str, Any]] | None = None,
+            heads: list[list[int]] | None = None) -> dict[str, Any]:
+        """The run's record: ``summary`` (its accuracy), what ``details`` reads off the ablation, and
+        ``heads`` (a fixed set's (layer, head) pairs: a finished run of another set is run again)."""
+        if name in finished and finished[name].get("heads") == heads:
             record = finished[name]
             say(f"{name}: accuracy {100 * record['summary']['accuracy']:.1f} % (finished earlier: {runs_file})")
             return record
         say(f"running {name}")
         record = {"summary": _run_summary(evaluated(ablation))}
+        if heads is not None:
+            record["heads"] = heads
         if details is not None:
             record.update(details(ablation))
         say(f"{name}: accuracy {100 * record['summary']['accuracy']:.1f} %")
@@ -306,19 +311,23 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     if baselines:
         fraction = float(held.flags.double().mean())
         fit_part = [not k for k in keep]
-        # ranked by the oracle's flags on the fit questions: from this plan's pass where it holds them,
-        # else as the fit saved them (a split by subject)
-        if any(fit_part):
-            counts, counted = select(data, fit_part).flags.sum(dim=0).flatten(), "this plan's fit questions"
-        else:
+        # ranked by the oracle's flags on the fit questions: from this plan's pass where it holds all
+        # of them, else as the fit saved them (a split by subject, whole or in part), else from the
+        # part this plan holds (a predictor saved before the counts were)
+        in_plan = fit_questions & set(data.question_keys)
+        if saved_counts is not None and in_plan != fit_questions:
             counts, counted = torch.tensor(saved_counts).flatten(), "the fit's saved counts"
+        else:
+            counts = select(data, fit_part).flags.sum(dim=0).flatten()
+            counted = ("this plan's fit questions" if in_plan == fit_questions
+                       else f"this plan's {len(in_plan)} of the {len(fit_questions)} fit questions")
         k = int(round(fraction * counts.numel()))
         top = counts.argsort(descending=True, stable=True)[:k].tolist()
         heads = [(i // info.n_heads, i % info.n_heads) for i in top]
         # the per-input decision's yardstick: the same heads on every input, against the oracle
-        out["static_set"] = {"n_heads": len(heads), "ranked_by": counted, "vs_oracle": compare(
-            held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
-        accuracy["static"] = run("static", StaticAblation(heads))["summary"]
+        out["static_set"] = {"n_heads": len(heads), "heads": [list(h) for h in heads], "ranked_by": counted,
+                             "vs_oracle": compare(held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
+        accuracy["static"] = run("static", StaticAblation(heads), heads=[list(h) for h in heads])["summary"]
         accuracy["random"] = run("random", RandomAblation(fraction, seed=0))["summary"]
         accuracy["none"] = run("none", None)["summary"]
     out["accuracy"] = accuracy

@@ -356,6 +356,54 @@ def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, t
     assert len(err) == 1 and "fit it again with predict fit, or drop --baselines" in err[0]
 
 
+def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(tiny, tmp_path, monkeypatch, capsys):
+    """Eval subjects that overlap the fit's in part: the static set is ranked by the oracle's flags on
+    every fit question (as the fit saved them), not on the part the plan holds; without saved counts,
+    on that part, said so. A resumed eval runs the static set again when its heads changed, and
+    takes the other finished runs."""
+    from inactive_heads.prediction import command
+
+    sequences = random_sequences(24, seed=71, min_len=6, max_len=20)
+    out = tmp_path / "p"
+    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
+    texts = [f"q{i}" for i in range(8, 24)]  # fit questions 8-15, then new ones
+    plan = tiny_plan(sequences[8:], texts=texts)
+    monkeypatch.setattr(command, "_plan", lambda model, args, limit: plan)
+    argv = ["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]
+
+    def static_set():
+        result = json.loads((out / "eval.json").read_text())
+        assert result["n_fit_questions_in_plan"] == 8 and result["n_heldout_questions"] == 8
+        chosen = np.zeros(tiny.cfg.n_layers * tiny.cfg.n_heads, dtype=bool)
+        for layer, head in result["static_set"]["heads"]:
+            chosen[layer * tiny.cfg.n_heads + head] = True
+        return result["static_set"], chosen
+
+    full = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
+    part = collect_oracle(tiny, tiny_plan(sequences[8:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert "held on every input, ranked by the fit's saved counts)" in capsys.readouterr().out
+    first, chosen = static_set()
+    k = first["n_heads"]
+    assert k == chosen.sum() and (most_flagged(full, k) != most_flagged(part, k)).any()  # the two rankings differ
+    assert (chosen == most_flagged(full, k)).all() and first["ranked_by"] == "the fit's saved counts"
+
+    for folder in out.iterdir():  # a predictor from before the counts were saved: the part the plan holds
+        if folder.is_dir():
+            saved = json.loads((folder / "predictor.json").read_text())
+            del saved["fit"]["oracle_flag_counts"]
+            (folder / "predictor.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    progress = capsys.readouterr().err
+    second, chosen = static_set()
+    assert (chosen == most_flagged(part, k)).all()
+    assert second["ranked_by"] == "this plan's 8 of the 16 fit questions"
+    assert "predict eval: running static" in progress  # another set than the finished run's
+    assert "predict eval: none: accuracy" in progress and "running none" not in progress  # taken from the first
+
+
 def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(tiny, features, tmp_path):
     """PredictedAblation(hold_groups=F) against the plain predictor's decisions, group by group
     (the tiny GQA model: 6 query heads in 2 KV groups of 3)."""
