@@ -23,6 +23,13 @@ Steps, all in one run (inactive_heads.pruning.skipping; docs/skipping.md):
    beside the accountant's two predictions: by FLOPs and by bytes read (what a decode bound by
    memory traffic saves); KV bytes measured from the cache tensors against the accountant.
 
+``--random-weights SHAPE`` times a random-weight model of that shape instead of ``--model``'s
+weights (``random_model.py``: a name from ``paper_model_shapes()`` such as
+``meta-llama/Llama-3.1-8B``, or a Hugging Face directory whose ``config.json`` gives the shape),
+with random token ids and a random held set (``--random-heads``, default seed 0): for a machine
+real weights and data cannot reach. Speed and KV bytes do not depend on the weights' values; the
+equality with the simulation is checked on those random weights.
+
 The predictor fields (``predictor_precision``, ``predictor_recall``, ``predictor_cost_fraction``)
 come from ``--predictor DIR``, a folder written by ``inactive-heads predict fit`` on which
 ``inactive-heads predict eval`` has run (its held-out figures, lookahead 0, and the probe's cost
@@ -108,7 +115,31 @@ def main():
                         help="the model's dtype; the equality verdict is given in float32 only")
     parser.add_argument("--predictor", default=None, metavar="DIR",
                         help="a predict fit folder, after predict eval: its held-out precision/recall and cost")
+    parser.add_argument("--random-weights", default=None, metavar="SHAPE",
+                        help="a random-weight model of SHAPE instead of --model's weights (a name from "
+                             "paper_model_shapes(), or a Hugging Face directory: its config), random token ids")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="with --random-weights: its first N layers only (a smaller model of the same width)")
     args = parser.parse_args()
+    if args.layers is not None and args.random_weights is None:
+        parser.error("--layers applies to --random-weights; drop it or add --random-weights SHAPE")
+    if args.random_weights is not None:
+        if args.predictor is not None:
+            parser.error("--predictor reads a predictor of real weights; drop it with --random-weights")
+        if args.random_heads is None:
+            args.random_heads = 0
+        import tempfile
+
+        from random_model import random_model_dir
+
+        with tempfile.TemporaryDirectory(prefix="bench-skip-random-") as directory:
+            random_model_dir(args.random_weights, directory, n_layers=args.layers, dtype=args.dtype)
+            run(args, directory)
+    else:
+        run(args, args.model)
+
+
+def run(args, model_spec: str) -> None:
 
     import torch
 
@@ -123,7 +154,7 @@ def main():
     warnings.filterwarnings("ignore")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = ih.load_model(args.model, dtype=args.dtype, device=args.device, progress=False)
+    model = ih.load_model(model_spec, dtype=args.dtype, device=args.device, progress=False)
     device = model_device(model)
     sync = synchronizer(device)
     info = ih.model_info(model)
@@ -148,10 +179,14 @@ def main():
           f"{source}")
 
     lengths = (args.lengths or [512, 2048]) + ([8192] if args.long else [])
-    stream = [t for p in lambada_passages(400, tokenizer=model.tokenizer) for t in p]
     width = 256  # the equality batch's row length
     need = max(lengths + [args.context, 2 * width])
-    stream = (stream * (need // len(stream) + 1))[:need]
+    if args.random_weights is None:
+        stream = [t for p in lambada_passages(400, tokenizer=model.tokenizer) for t in p]
+        stream = (stream * (need // len(stream) + 1))[:need]
+    else:  # token ids past the tokenizer's three special ones, seeded
+        stream = torch.randint(3, model.cfg.d_vocab, (need,),
+                               generator=torch.Generator().manual_seed(1)).tolist()
     extra = {"use_cache": False} if is_bridge(model) else {}
 
     # 2. equality on a left-padded batch with two held sets
@@ -236,7 +271,8 @@ def main():
     main_T = 2048 if 2048 in prefill else max(prefill)
     print(json.dumps({
         **library_versions(),
-        "model": args.model,
+        "model": args.model if args.random_weights is None else f"random weights, shape {args.random_weights}"
+                 + (f", first {args.layers} layers" if args.layers else ""),
         "device": str(device),
         "dtype": args.dtype,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,

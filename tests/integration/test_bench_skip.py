@@ -33,3 +33,31 @@ def test_bench_skip_runs_on_cpu_and_its_last_line_is_the_json_the_issue_names():
     assert summary["kv_bytes_measured"] == summary["kv_bytes_predicted"]
     # the FLOP model: holding 20 % of the heads saves a few per cent of a prefill at T = 64, never a loss
     assert 1.0 < summary["predicted_prefill_ratio"] < 1.2
+
+
+def test_bench_skip_times_a_random_weight_model_of_a_given_shape(tmp_path):
+    """--random-weights: a model of a config's shape, random weights and token ids, no real data."""
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    (shape / "config.json").write_text(json.dumps({  # Qwen2, 3 layers, 4 query heads of 16 dims, 2 KV heads
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 3, "vocab_size": 300,
+        "max_position_embeddings": 4096, "tie_word_embeddings": True}))
+    context, new = 32, 4
+    cmd = [sys.executable, str(SCRIPT), "--random-weights", str(shape), "--device", "cpu", "--lengths", "64",
+           "--context", str(context), "--new-tokens", str(new), "--rounds", "1", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["model"] == f"random weights, shape {shape}" and summary["held_source"] == "random (seed 0)"
+    assert summary["held_heads"] == 2  # 20 % of 3 x 4 heads, rounded
+    assert summary["skip_equals_simulation"] is True and summary["tokens_equal"]
+    # by hand from the config: K and V of 3 layers x 2 KV heads of 16 dims, 4 bytes, for every cached token
+    freed = round(summary["kv_groups_held_fraction"] * 6)
+    assert summary["kv_bytes_measured"] == (context + new - 1) * (6 - freed) * 2 * 16 * 4
+    # a family whose held heads cannot be skipped: one line, before any weight is made
+    out = subprocess.run([sys.executable, str(SCRIPT), "--random-weights", "allenai/OLMo-2-1124-7B"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode != 0 and out.stderr.strip().splitlines()[-1].startswith(
+        "--random-weights allenai/OLMo-2-1124-7B: family olmo2; held heads are skipped in")
