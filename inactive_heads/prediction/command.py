@@ -49,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
                         description="precision/recall of saved predictors against the oracle on held-out questions")
     ev.add_argument("dir", help="a folder from predict fit (or one predictor's lookahead-K folder)")
     model_arguments(ev)
-    ev.set_defaults(model=None)
+    ev.set_defaults(model=None, dtype=None)
+    ev._option_string_actions["--dtype"].help = (
+        "weights and activations dtype (default: the fit's, as predictor.json saved it; auto for a predictor "
+        "saved without it: the model's config dtype on a GPU, float32 on the CPU)")
     task_arguments(ev, default_task=None, generation=True)
     ev.add_argument("--max-gen-toks", type=positive_int, default=None, metavar="N",
                     help="generation tasks (gsm8k): new tokens at most (default 256, the authors')")
@@ -116,6 +119,7 @@ def _fit(args, load) -> int:
 
 
 def _fit_into(args, load, out: Path) -> int:
+    from ..models.loading import model_info
     from .oracle import calibrated_threshold, collect_task_oracle, fit_from_oracle
 
     lookaheads = sorted(set(args.lookahead))
@@ -129,7 +133,8 @@ def _fit_into(args, load, out: Path) -> int:
         predictor = fit_from_oracle(data, model=args.model, score=args.score, threshold=threshold,
                                     lookahead=lookahead, options=FitOptions(rank=args.rank, steps=args.steps),
                                     task=args.task, p=p)
-        predictor.config.fit.update({"limit": args.limit, "subjects": args.subjects, "num_fewshot": args.num_fewshot})
+        predictor.config.fit.update({"limit": args.limit, "subjects": args.subjects, "num_fewshot": args.num_fewshot,
+                                     "dtype": str(model_info(model).dtype).removeprefix("torch.")})
         where = predictor.save(out / f"lookahead-{lookahead}")
         m = predictor.config.fit["metrics"]
         print(f"lookahead {lookahead}: {where} — fit split n={m['n_sequences']} sequences, τ={threshold:.6g}, "
@@ -165,6 +170,8 @@ def _eval_in(args, load, dirs: list[Path], folder: Path) -> int:
         args.subjects = first.fit.get("subjects")
     if args.num_fewshot is None:
         args.num_fewshot = first.fit.get("num_fewshot")
+    if args.dtype is None:  # the features the probes read depend on it: the fit's unless told otherwise
+        args.dtype = first.fit.get("dtype") or "auto"
     model = load(args)
     plan = _plan(model, args, fit_limit + args.limit)
     if args.hold_groups is not None and not args.closed_loop:

@@ -404,6 +404,25 @@ def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(t
     assert "predict eval: none: accuracy" in progress and "running none" not in progress  # taken from the first
 
 
+def test_predict_eval_loads_the_model_in_the_dtype_it_was_fit_in(tiny, tmp_path, monkeypatch):
+    """The fit saves the model's dtype; eval loads in it unless --dtype says otherwise (a predictor
+    fit in bfloat16 evaluated in float32 would read another stream)."""
+    sequences = random_sequences(20, seed=81, min_len=6, max_len=20)
+    out = tmp_path / "p"
+    fit_both_lookaheads_from_the_command_line(tiny, sequences, 12, out, monkeypatch)
+    for folder in out.iterdir():
+        if folder.is_dir():
+            saved = json.loads((folder / "predictor.json").read_text())
+            assert saved["fit"]["dtype"] == "float32"  # the tiny model's
+            saved["fit"]["dtype"] = "bfloat16"  # as a fit in bfloat16 saves it
+            (folder / "predictor.json").write_text(json.dumps(saved))
+    asked = []
+    monkeypatch.setattr(cli, "_load", lambda args: asked.append(args.dtype) or tiny)
+    argv = ["predict", "eval", str(out), "--limit", "8", "--no-closed-loop"]
+    assert cli.main(argv) == 0 and cli.main(argv + ["--dtype", "float32"]) == 0
+    assert asked == ["bfloat16", "float32"]
+
+
 def test_the_group_level_rule_holds_each_kv_group_with_enough_held_heads_whole(tiny, features, tmp_path):
     """PredictedAblation(hold_groups=F) against the plain predictor's decisions, group by group
     (the tiny GQA model: 6 query heads in 2 KV groups of 3)."""
