@@ -96,7 +96,7 @@ def predictor_fields(directory, model=None, seq_len: int = 2048):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default=None, help="built-in alias or Hugging Face directory (default smollm2-135m)")
     parser.add_argument("--fraction", type=float, default=0.2)
     parser.add_argument("--score", default="ahon_ln")
     parser.add_argument("--calibration", type=int, nargs=2, default=[200, 240], metavar=("FIRST", "END"))
@@ -124,6 +124,9 @@ def main():
     if args.layers is not None and args.random_weights is None:
         parser.error("--layers applies to --random-weights; drop it or add --random-weights SHAPE")
     if args.random_weights is not None:
+        if args.model is not None:
+            parser.error(f"--model {args.model} and --random-weights {args.random_weights}: give one (random "
+                         "weights are built from the shape alone)")
         if args.predictor is not None:
             parser.error("--predictor reads a predictor of real weights; drop it with --random-weights")
         if args.random_heads is None:
@@ -136,11 +139,11 @@ def main():
             random_model_dir(args.random_weights, directory, n_layers=args.layers, dtype=args.dtype)
             run(args, directory)
     else:
+        args.model = args.model or "smollm2-135m"
         run(args, args.model)
 
 
 def run(args, model_spec: str) -> None:
-
     import torch
 
     import inactive_heads as ih

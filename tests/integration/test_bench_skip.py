@@ -61,3 +61,7 @@ def test_bench_skip_times_a_random_weight_model_of_a_given_shape(tmp_path):
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode != 0 and out.stderr.strip().splitlines()[-1].startswith(
         "--random-weights allenai/OLMo-2-1124-7B: family olmo2; held heads are skipped in")
+    # a model's weights and random ones at once: which was meant is not guessed
+    out = subprocess.run([sys.executable, str(SCRIPT), "--model", "smollm2-135m", "--random-weights", str(shape)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 2 and "--model smollm2-135m and --random-weights" in out.stderr.strip().splitlines()[-1]
