@@ -134,7 +134,7 @@ def _fit_into(args, load, out: Path) -> int:
                                     lookahead=lookahead, options=FitOptions(rank=args.rank, steps=args.steps),
                                     task=args.task, p=p)
         predictor.config.fit.update({"limit": args.limit, "subjects": args.subjects, "num_fewshot": args.num_fewshot,
-                                     "dtype": str(model_info(model).dtype).removeprefix("torch.")})
+                                     "dtype": model_info(model).dtype})
         where = predictor.save(out / f"lookahead-{lookahead}")
         m = predictor.config.fit["metrics"]
         print(f"lookahead {lookahead}: {where} — fit split n={m['n_sequences']} sequences, τ={threshold:.6g}, "

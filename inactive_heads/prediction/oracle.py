@@ -222,6 +222,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         "inputs)")
     data = collect_task_oracle(model, plan, score, threshold, batch_size=batch_size, progress=progress)
     keep = [k not in fit_questions for k in data.question_keys]
+    in_plan = fit_questions & set(data.question_keys)
     if not any(keep):
         raise UserError("every question of this plan was used to fit the predictor; evaluate on others "
                         "(a larger --limit: the first questions are the fit's)")
@@ -277,7 +278,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
     out: dict[str, Any] = {
         "score": score, "threshold": threshold, "task": plan[0].task if _is_generation(plan) else plan.task,
         "n_heldout_sequences": len(held.lengths), "n_heldout_questions": len(set(held.question_keys)),
-        "n_fit_questions_in_plan": len(set(data.question_keys) & fit_questions), "predictors": {},
+        "n_fit_questions_in_plan": len(in_plan), "predictors": {},
     }
     if _is_generation(plan):
         out["decision"] = "prompt"
@@ -314,7 +315,6 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         # ranked by the oracle's flags on the fit questions: from this plan's pass where it holds all
         # of them, else as the fit saved them (a split by subject, whole or in part), else from the
         # part this plan holds (a predictor saved before the counts were)
-        in_plan = fit_questions & set(data.question_keys)
         if saved_counts is not None and in_plan != fit_questions:
             counts, counted = torch.tensor(saved_counts).flatten(), "the fit's saved counts"
         else:
@@ -324,10 +324,11 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], plan, *, batch_
         k = int(round(fraction * counts.numel()))
         top = counts.argsort(descending=True, stable=True)[:k].tolist()
         heads = [(i // info.n_heads, i % info.n_heads) for i in top]
+        listed = [list(h) for h in heads]  # as JSON keeps them: compared with a finished run's on resume
         # the per-input decision's yardstick: the same heads on every input, against the oracle
-        out["static_set"] = {"n_heads": len(heads), "heads": [list(h) for h in heads], "ranked_by": counted,
+        out["static_set"] = {"n_heads": len(heads), "heads": listed, "ranked_by": counted,
                              "vs_oracle": compare(held_mask(model, heads, held.flags.shape[0]), held.flags).to_dict()}
-        accuracy["static"] = run("static", StaticAblation(heads), heads=[list(h) for h in heads])["summary"]
+        accuracy["static"] = run("static", StaticAblation(heads), heads=listed)["summary"]
         accuracy["random"] = run("random", RandomAblation(fraction, seed=0))["summary"]
         accuracy["none"] = run("none", None)["summary"]
     out["accuracy"] = accuracy
