@@ -115,12 +115,13 @@ test-fast: setup
 	$(VPY) -m pytest -q --durations=10 tests/unit inactive_heads
 
 # The checks that must hold on both TransformerLens lines: the fast tier, the fidelity tests (every
-# family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers), one
-# sweep, and the cross-line comparison (when the other line's virtualenv exists). On TL=4 the tests
-# that need HookedTransformer are deselected (pytest reports how many).
+# family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers, skipped
+# heads against the zeroing simulation in float64 on SmolLM2), one sweep, and the cross-line
+# comparison (when the other line's virtualenv exists). On TL=4 the tests that need
+# HookedTransformer are deselected (pytest reports how many).
 COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests/integration/test_families.py \
     tests/integration/test_scores_reference.py tests/integration/test_evaluate_independent.py \
-    tests/integration/test_sweep.py tests/integration/test_cross_line.py
+    tests/integration/test_sweep.py tests/integration/test_cross_line.py tests/integration/test_skip_float64.py
 test-compat: setup
 	$(TL_BANNER)
 	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
