@@ -13,16 +13,8 @@ import pytest
 import torch
 
 from inactive_heads import load_model
-from inactive_heads.evaluation.generation import _HeldHeads
 from inactive_heads.pruning.skipping import skip_logits
-from inactive_heads.runtime.hooks import installed
-
-
-def _simulated(model, tokens, held):
-    zeroing = _HeldHeads(model)
-    zeroing.masks = held
-    with installed(model, zeroing.hooks()), torch.inference_mode():
-        return model(tokens)
+from tests.reference_skipping import simulated
 
 
 @pytest.mark.hooked
@@ -38,7 +30,7 @@ def test_skip_equals_the_simulation_in_float64_on_smollm2():
         wrong[1, n_layers // 2] = ~wrong[1, n_layers // 2]  # one layer of one row decided otherwise
         got_wrong = skip_logits(model, tokens, held=wrong, rule="skip")
     assert got.dtype == torch.float64
-    want = _simulated(model, tokens, held)
+    want = simulated(model, tokens, None, held)
     assert float((got - want).abs().max()) <= 1e-9
     # the check can fail: one row's heads of one layer decided otherwise move its logits far past 1e-9,
     # and leave the other row's alone

@@ -9,10 +9,10 @@ import torch
 
 from inactive_heads.ablation.head_ablation import RandomAblation, StaticAblation
 from inactive_heads.core.errors import UserError
-from inactive_heads.evaluation.generation import _HeldHeads, generate
+from inactive_heads.evaluation.generation import generate
 from inactive_heads.pruning.accountant import model_shape
 from inactive_heads.pruning.skipping import check_supported, choose, group_level, skip_logits
-from inactive_heads.runtime.hooks import installed
+from tests.reference_skipping import simulated
 from tests.tiny import random_sequences, tiny_gqa_bridge, tiny_gqa_model
 
 _MODELS: dict = {}
@@ -44,14 +44,6 @@ def _model(backend: str, kv: int):
 @pytest.fixture(params=["hooked", "bridge"])
 def backend(request):
     return request.param
-
-
-def simulated(model, tokens, mask, held):
-    """Logits with every head computed and the held ones zeroed at hook_z, per row."""
-    zeroing = _HeldHeads(model)
-    zeroing.masks = held
-    with installed(model, zeroing.hooks()), torch.no_grad():
-        return model(tokens, attention_mask=mask)
 
 
 def attention_outputs(model, run):
