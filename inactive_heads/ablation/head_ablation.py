@@ -27,8 +27,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..core.checks import check_int, head_pairs
-from ..core.errors import NonFiniteError, UnknownNameError, UserError, WrongTypeError
+from ..core.checks import check_heads, check_int, head_indices, head_pairs
+from ..core.errors import NonFiniteError, UnknownNameError, UserError
 from ..models.loading import model_info
 from ..runtime.deferred import DeferredCopies
 from ..runtime.hook_registry import installed
@@ -493,6 +493,7 @@ class StaticAblation(HeadAblation):
 
     @staticmethod
     def _check_fields(spec: AblationSpec) -> None:
+        head_pairs(spec.heads)  # the one head-index rule; the spec keeps the order it was given
         object.__setattr__(spec, "heads", tuple((int(l), int(h)) for l, h in spec.heads))
 
     @staticmethod
@@ -505,11 +506,7 @@ class StaticAblation(HeadAblation):
 
     def reset(self, model) -> None:
         info = model_info(model)
-        bad = [(l, h) for l, h in self.heads if not (0 <= l < info.n_layers and 0 <= h < info.n_heads)]
-        if bad:
-            raise UserError(
-                f"head {bad[0]} does not exist; layers are 0..{info.n_layers - 1}, heads 0..{info.n_heads - 1}"
-            )
+        check_heads(self.heads, info.n_layers, info.n_heads)
         super().reset(model)
 
     def decide(self, acts: LayerActivations) -> Bool[Tensor, "batch head"]:
@@ -620,14 +617,10 @@ def zero_heads_hook(heads: Iterable[int]):
     >>> hook(z, None)[0, :, [0, 4]].abs().sum().item(), hook(z, None)[0, :, 1].sum().item()
     (0.0, 6.0)
     """
-    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
-        raise WrongTypeError(f"heads must be a list of head indices (int), got {type(heads).__name__}")
-    heads = list(heads)
-    if not all(isinstance(h, int) and not isinstance(h, bool) for h in heads):
-        raise WrongTypeError(f"heads must be a list of head indices (int), got {heads!r}")
+    heads = head_indices(heads)
 
     def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
-        bad = [h for h in heads if not -z.shape[2] <= h < z.shape[2]]
+        bad = [h for h in heads if h >= z.shape[2]]
         if bad:
             raise UserError(f"head {bad[0]} does not exist; this layer has heads 0..{z.shape[2] - 1}")
         z = z.clone()

@@ -52,22 +52,63 @@ def check_model(model: Any, name: str = "model") -> Any:
     return model
 
 
+def head_index(value: Any, name: str = "heads") -> int:
+    """``value`` as a head (or layer) index: an integer of any integer type, not a bool, >= 0.
+
+    The package's one head-index rule: heads and layers are numbered from 0, and a negative index
+    is refused everywhere (never read as counting from the end).
+
+    >>> head_index(-1)
+    Traceback (most recent call last):
+    ...
+    inactive_heads.core.errors.UserError: heads: index -1 is negative; heads and layers are numbered from 0 (the last head is n_heads - 1)
+    """
+    if isinstance(value, bool):
+        raise TypeError
+    index = operator.index(value)
+    if index < 0:
+        raise UserError(f"{name}: index {index} is negative; heads and layers are numbered from 0 "
+                        f"(the last head is n_heads - 1)")
+    return index
+
+
+def head_indices(heads: Any, name: str = "heads") -> list[int]:
+    """``heads`` (the heads of one layer) as a list of indices, each checked by :func:`head_index`."""
+    if isinstance(heads, (str, bytes, dict)) or not hasattr(heads, "__iter__"):
+        raise WrongTypeError(f"{name} must be a list of head indices (int), got {type_name(heads)}")
+    heads = list(heads)
+    try:
+        return [head_index(h, name) for h in heads]
+    except UserError:
+        raise
+    except (TypeError, ValueError):
+        raise WrongTypeError(f"{name} must be a list of head indices (int), got {heads!r}") from None
+
+
 def head_pairs(heads: Any, name: str = "heads") -> tuple[tuple[int, int], ...]:
     """``heads`` as sorted, distinct ``(layer, head)`` pairs of ints (any integer type: Python, numpy,
-    a 0-d torch tensor); whether they exist in a model is for the caller to check."""
+    a 0-d torch tensor), each index checked by :func:`head_index`; whether they exist in a model is
+    :func:`check_heads`' question."""
     if isinstance(heads, (str, bytes, dict)) or not hasattr(heads, "__iter__"):
         raise WrongTypeError(f"{name} must be (layer, head) pairs, e.g. [(0, 3), (2, 1)], got {type_name(heads)}")
     pairs = set()
     for pair in heads:
         try:
             layer, head = pair
-            if isinstance(layer, bool) or isinstance(head, bool):
-                raise TypeError
-            pairs.add((operator.index(layer), operator.index(head)))
+            pairs.add((head_index(layer, name), head_index(head, name)))
+        except UserError:
+            raise
         except (TypeError, ValueError):
             raise WrongTypeError(f"{name} must be (layer, head) pairs of integers, e.g. [(0, 3), (2, 1)]; "
                                  f"got {pair!r}") from None
     return tuple(sorted(pairs))
+
+
+def check_heads(heads, n_layers: int, n_heads: int) -> None:
+    """One-line error for a (layer, head) outside a model of ``n_layers`` x ``n_heads``."""
+    bad = [(l, h) for l, h in heads if not (0 <= l < n_layers and 0 <= h < n_heads)]
+    if bad:
+        raise UserError(f"head {bad[0]} does not exist; layers are 0..{n_layers - 1}, heads 0..{n_heads - 1}")
 
 
 def result_fields(cls: type, data: Any) -> dict[str, Any]:

@@ -137,13 +137,14 @@ def export_pruned(
     if not isinstance(mode, str) or mode not in MODES:
         raise UserError(f"unknown export mode {mode!r}; use 'zeroed' or 'pruned'")
     out = check_path(out_dir, "out_dir")
+    pairs = head_pairs(heads)  # a malformed or negative head: one line before anything is read
     if dtype is not None:
         resolve_dtype(dtype)  # an unknown dtype: one line before anything is read
     src = source_dir(model)
     config = read_hf_config(src)
     arch = architecture_of(config)
     n_heads, n_kv, d_head = _check_layout(config, arch, mode)
-    removed = _heads_by_layer(heads, config.num_hidden_layers, n_heads)
+    removed = _heads_by_layer(pairs, config.num_hidden_layers, n_heads)
     if not any(removed):
         raise UserError("no head to remove; pass at least one (layer, head)")
     if out.exists() and not out.is_dir():

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..core.checks import check_int, check_path, head_pairs
+from ..core.checks import check_heads, check_int, check_path, head_pairs  # noqa: F401 (check_heads: re-exported)
 from ..core.errors import MissingFileError, UserError
 from ..core.io import write_json_atomic
 from ..scoring.calibration import Real, ScoresLike, calibrate, resolve_direction, score_tensor
@@ -118,13 +118,6 @@ class HeadSet:
         if isinstance(data, list):  # a bare list of [layer, head] pairs
             raise UserError(f"'{path}' is a bare list; a head set needs n_layers and n_heads (HeadSet.save writes them)")
         return cls.from_dict(data)
-
-
-def check_heads(heads, n_layers: int, n_heads: int) -> None:
-    """One-line error for a (layer, head) outside the model."""
-    bad = [(l, h) for l, h in heads if not (0 <= l < n_layers and 0 <= h < n_heads)]
-    if bad:
-        raise UserError(f"head {bad[0]} does not exist; layers are 0..{n_layers - 1}, heads 0..{n_heads - 1}")
 
 
 def check_fraction(fraction: Real) -> float:
