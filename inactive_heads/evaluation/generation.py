@@ -56,6 +56,7 @@ from ..runtime.hooks import (
 )
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import toolkit_version
+from ..scoring.scores import GENERATION_STEP_SHIFT, generation_id
 from .gsm8k import (
     GSM8K_MAX_GEN_TOKS,
     GenerationRequest,
@@ -204,9 +205,9 @@ def generate(
     _check_options(model, decision, batch_size, reuse_prefix, skip, use_cache, hold_groups, until, eos_token_id)
     prompts = _check_prompts(model, prompts, max_new_tokens)
     ids = list(range(len(prompts))) if prompt_ids is None else [int(i) for i in prompt_ids]
-    if len(ids) != len(prompts) or len(set(ids)) != len(ids) or min(ids) < 0:
-        raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index >= 0; got {len(ids)} "
-                        f"ids, {len(set(ids))} distinct")
+    if len(ids) != len(prompts) or len(set(ids)) != len(ids) or not 0 <= min(ids) <= max(ids) < MAX_PROMPT_ID:
+        raise UserError(f"prompt_ids must give each of the {len(prompts)} prompts its own index in 0..{MAX_PROMPT_ID - 1}; "
+                        f"got {len(ids)} ids, {len(set(ids))} distinct, from {min(ids)} to {max(ids)}")
     abl = as_ablation(ablation)
     tokenizer = getattr(model, "tokenizer", None)
     if until and tokenizer is None:
@@ -222,6 +223,9 @@ def generate(
     bar.close()
     out.seconds = round(time.perf_counter() - start, 3)
     return out
+
+
+MAX_PROMPT_ID = 1 << GENERATION_STEP_SHIFT  # prompt ids below it keep generation ids distinct
 
 
 def _check_options(model, decision, batch_size, reuse_prefix, skip, use_cache, hold_groups, until,
@@ -267,12 +271,11 @@ def _per_step(model, prompts, abl, stopper, batch_size, bar, reuse_prefix: bool,
         abl.reset(model)
         runner = HeadHookRunner(model, abl.on_layer, reads=abl.reads, seed=abl.seed)
         hooks = runner.fwd_hooks()
-    stride = stopper.max_new
     reuse: dict[str, Any] = {"used": False}
 
     def ids_of(members: list[int]) -> Tensor:
-        # One sequence id per (prompt, step): Random draws anew at every pass.
-        return torch.tensor([prompt_ids[i] * stride + len(generated[i]) for i in members], dtype=torch.long)
+        # One sequence id per (prompt, step), whatever max_new: Random draws anew at every pass.
+        return torch.tensor([generation_id(prompt_ids[i], len(generated[i])) for i in members], dtype=torch.long)
 
     with attention_form(model, "exact") as fast, torch.inference_mode():
         if reuse_prefix and fast and supports_prefix_reuse(model, abl):

@@ -23,6 +23,7 @@ score is defined as 0, so a layer of silent heads is flagged by every "below" sc
 the "above" ones, and no NaN can appear.
 """
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -280,11 +281,41 @@ def last_output_norm_hn(acts: LayerActivations) -> Float[Tensor, "batch head"]:
     return safe_ratio(last_output_norm(acts), avg_output_norm(acts))
 
 
+# Random's draw for (seed, sequence id, layer) is seeded by ((seed * SEQ_SPAN + id) << 12) + layer
+# for ids below SEQ_SPAN (every likelihood-task sequence, every prompt); that key is one-to-one
+# there. An id of SEQ_SPAN or more (a generation step, GENERATION_STEP_SHIFT) would alias with the
+# next seed's ids (seed s, id i + SEQ_SPAN = seed s + 1, id i), so its key is a 64-bit hash of
+# (seed, id, layer) instead.
+SEQ_SPAN = 1_000_003
+GENERATION_STEP_SHIFT = 32  # generation id of (prompt p, step t) = p + (t << 32)
+
+
+def random_key(seed: int, sequence_id: int, layer: int) -> int:
+    """The generator seed of Random's draw for one (sequence, layer), as documented above.
+
+    >>> random_key(1, 5, 3) == ((1 * 1_000_003 + 5) << 12) + 3
+    True
+    >>> random_key(0, 1_000_003 + 5, 3) == random_key(1, 5, 3)   # the aliasing the hash avoids
+    False
+    """
+    if 0 <= sequence_id < SEQ_SPAN:
+        return ((seed * SEQ_SPAN + sequence_id) << 12) + layer
+    digest = hashlib.blake2b(f"random:{seed}:{sequence_id}:{layer}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def generation_id(prompt_id: int, step: int) -> int:
+    """Random's sequence id for generation step ``step`` of prompt ``prompt_id`` (step 0, the
+    prompt itself, is the prompt's own id): a function of the two only, whatever ``max_new_tokens``."""
+    return prompt_id + (step << GENERATION_STEP_SHIFT)
+
+
 def uniform_random(acts: LayerActivations) -> Float[Tensor, "batch head"]:
-    """Random: u ~ U(0, 1) per (sequence, layer, head), seeded by (seed, sequence id, layer)."""
+    """Random: u ~ U(0, 1) per (sequence, layer, head), seeded by :func:`random_key` of (seed,
+    sequence id, layer)."""
     rows = []
     for seq in acts.sequence_ids.tolist():
-        gen = torch.Generator().manual_seed(((acts.seed * 1_000_003 + seq) << 12) + acts.layer)
+        gen = torch.Generator().manual_seed(random_key(acts.seed, seq, acts.layer))
         rows.append(torch.rand(acts.n_heads, generator=gen))
     return torch.stack(rows).to(acts.valid.device)
 
