@@ -71,7 +71,7 @@ def main():
     from lm_eval.models.huggingface import HFLM
 
     import inactive_heads as ih
-    from inactive_heads.analysis.curves import accuracy_interval
+    from inactive_heads.analysis.bootstrap import accuracy_interval
     from inactive_heads.lmeval.model import InactiveHeadsLM, offline_tasks_dir
 
     torch.set_num_threads(args.threads)

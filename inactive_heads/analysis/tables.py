@@ -2,7 +2,7 @@
 
 They read a sweep's run records (any object with ``records``, ``config.run_ids()``,
 ``score_keys`` and ``path``, as :class:`inactive_heads.SweepResults` has) and compute every interval
-with the paired bootstrap of :mod:`inactive_heads.analysis.curves`. The report, the plots and the
+with the paired bootstrap of :mod:`inactive_heads.analysis.paired`. The report, the plots and the
 command line show these tables; none computes them again.
 """
 
@@ -13,20 +13,17 @@ import numpy as np
 import pandas as pd
 
 from ..scoring.scores import score_label
-from .curves import (
-    CENSORING_COLUMNS,
+from ..scoring.calibration import Real
+from .bootstrap import (
     DEFAULT_RESAMPLES,
-    Real,
     accuracy_interval,
-    answer_agreement,
-    auc_ranks,
     bootstrap_counts,
     bootstrap_indices,
-    choice_kl,
-    curve_intervals,
     percentile_interval,
     questions_to_resolve,
 )
+from .curves import auc_ranks
+from .paired import CENSORING_COLUMNS, answer_agreement, choice_kl, curve_intervals
 from ..core.errors import UserError
 
 BASELINE = "baseline"

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..ablation.coerce import as_ablation
 from ..ablation.head_ablation import HeadAblation
-from ..analysis.curves import Interval, accuracy_interval
+from ..analysis.bootstrap import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
 from ..runtime.hooks import (HeadHookRunner, hf_head_logits, hf_head_logits_supported, make_batches, model_device,

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..ablation.coerce import as_ablation
 from ..ablation.head_ablation import HeadAblation
-from ..analysis.curves import Interval, accuracy_interval
+from ..analysis.bootstrap import Interval, accuracy_interval
 from ..core.checks import result_fields
 from ..core.errors import UserError, WrongTypeError
 from ..models.loading import model_info

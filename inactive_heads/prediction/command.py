@@ -251,7 +251,8 @@ def format_eval(result: dict) -> str:
 def accuracy_table(accuracy: dict) -> str:
     """Each run's accuracy with its 95 % bootstrap interval over the held-out questions, its held
     fraction, and its paired difference from the oracle and from the run with nothing zeroed."""
-    from ..analysis.curves import accuracy_interval, difference_interval
+    from ..analysis.bootstrap import accuracy_interval
+    from ..analysis.paired import difference_interval
 
     def interval(iv) -> str:
         return f"{iv.estimate:+.2f} [{iv.low:+.1f}, {iv.high:+.1f}]"

@@ -23,7 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from . import plots
 from ..core.io import write_text_atomic
-from ..analysis.curves import (
+from ..analysis.bootstrap import (
     DEFAULT_RESAMPLES,
     Real,
     accuracy_interval,

@@ -11,7 +11,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..analysis.curves import Real, flagged_mask, iou, wasserstein_matrix
+from ..analysis.heads import Real, flagged_mask, iou, wasserstein_matrix
 from ..scoring.calibration import Thresholds, pooled_scores
 from ..scoring.recording import HeadScores
 from ..scoring.scores import get_score, score_label

@@ -36,7 +36,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis.curves import accuracy_interval, auc_table, rank_table, table2
+from ..analysis.bootstrap import accuracy_interval
+from ..analysis.curves import auc_table, rank_table, table2
 from ..analysis.tables import BASELINE, NOT_REACHED
 from ..core.io import write_text_atomic
 from .config import GENERATION_OPTIONS, SweepConfig
