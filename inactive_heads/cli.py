@@ -292,14 +292,14 @@ def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from .scoring.calibration import calibrate
+    from .scoring.calibration import calibrate_on
     from .scoring.recording import HeadScores
     from .scoring.scores import get_score
     from .core.io import write_json_atomic
 
     hs = HeadScores.load(args.scores_file)
     keys = args.scores or hs.keys()
-    thresholds = {key: calibrate(hs, key, args.quantiles) for key in keys}
+    thresholds = {key: calibrate_on(None, hs, key, args.quantiles) for key in keys}  # scores recorded already
     header = ("key", "inactive if") + tuple(f"p={q:g}" for q in args.quantiles)
     rows = [(k, ("> " if t.direction == "above" else "< ") + "tau", *[f"{v:.4g}" for v in t.values])
             for k, t in thresholds.items()]

@@ -69,10 +69,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ..ablation.coerce import AblationLike, CalibratedAblation, as_ablation, parse_ablation  # noqa: F401
 from ..ablation.head_ablation import AblationSpec, HeadAblation
 from ..core.modules import import_modules
-from ..scoring.calibration import calibrate
+from ..scoring.calibration import calibrate_on
 from ..runtime.hooks import installed, make_batches, model_device, run_forward
 from ..models.loading import DEFAULT_MODEL, load_model, model_info
-from ..scoring.recording import record_scores
 from ..evaluation.generation import DECISIONS, generate
 from ..evaluation.evaluator import ATTENTION_MODES, EvalPlan, index_forward_inputs, score_plan
 from ..evaluation.request_tokens import RequestTokenizer, plain_tokenizer
@@ -201,11 +200,9 @@ class InactiveHeadsLM(RequestTokenizer, TemplateLM):
         spec = self.ablation
         entry: dict[str, Any] = {"ablation": None, "calibration": None}
         if isinstance(spec, CalibratedAblation):
-            scores = record_scores(
-                self.model, sequences, [spec.score], batch_size=self._batch_size, progress=self.progress,
-                seed=spec.seed, description=f"lm-eval {kind} requests",
-            )
-            thresholds = calibrate(scores, spec.score, [spec.p])
+            thresholds = calibrate_on(self.model, sequences, spec.score, spec.p, batch_size=self._batch_size,
+                                      progress=self.progress, seed=spec.seed,
+                                      description=f"lm-eval {kind} requests")
             tau = thresholds.values[0]
             entry["calibration"] = {"score": spec.score, "p": spec.p, "tau": tau, "n_scores": thresholds.n_scores}
             spec = AblationSpec("dynamic", score=spec.score, threshold=tau, seed=spec.seed)

@@ -32,7 +32,7 @@ from ..evaluation.evaluator import evaluate
 from ..evaluation.plan import EvalPlan
 from ..models.loading import model_info
 from ..runtime.hooks import model_device
-from ..scoring.calibration import calibrate
+from ..scoring.calibration import calibrate_on
 from ..scoring.scores import LayerActivations
 from .probe import FitOptions, Predictor, compare, fit_predictor, pooled_features
 
@@ -132,13 +132,8 @@ def collect_task_oracle(model, plan, score: str, threshold: float, *, batch_size
 def calibrated_threshold(model, plan, score: str, p: float, *, batch_size: int = 8, progress: bool = False) -> float:
     """τ of ``score`` at quantile ``p`` from the plan's inputs (a generation task: its prompts)
     with nothing zeroed (the paper's calibration, on the fit questions only)."""
-    if _is_generation(plan):
-        from ..scoring.recording import record_scores
-
-        scores = record_scores(model, _prompts(plan), [score], batch_size=batch_size, progress=progress)
-    else:
-        scores = evaluate(model, plan, record=[score], batch_size=batch_size, progress=progress).head_scores
-    return calibrate(scores, score, [p]).at(p)
+    inputs = _prompts(plan) if _is_generation(plan) else plan.inputs  # in-pass scores: the same bits
+    return calibrate_on(model, inputs, score, p, batch_size=batch_size, progress=progress).at(p)
 
 
 def select(data: OracleData, keep: list[bool]) -> OracleData:

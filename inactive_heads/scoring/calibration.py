@@ -34,7 +34,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .recording import HeadScores
+from .recording import HeadScores, record_scores
 from .scores import OFFICIAL_NAMES, flag_inactive, get_score
 from ..core.errors import UnknownNameError, UserError, WrongTypeError
 
@@ -233,6 +233,35 @@ def calibrate(
     p = np.asarray(qs, dtype=np.float64)
     values = cdf_x_intercept(pool, p if direction == "below" else 1.0 - p)
     return Thresholds(key, qs, tuple(values.tolist()), direction, "calibrated", pool.size)
+
+
+def calibrate_on(
+    model,
+    inputs,
+    score: str,
+    p: Real | Sequence[Real],
+    *,
+    batch_size: int = 8,
+    progress: bool = False,
+    seed: int = 0,
+    description: str | None = None,
+) -> Thresholds:
+    """τ of ``score`` at quantile(s) ``p``, calibrated on a run's own inputs with nothing zeroed:
+    the one way every entry point (a sweep, the lm-eval model's ``score@pP``, ``predict``, the
+    ``calibrate`` command) turns "this run's inputs" into thresholds.
+
+    ``inputs``: the run's inputs (texts or token-id lists), whose scores are recorded here with
+    :func:`~inactive_heads.scoring.recording.record_scores` (``batch_size``, ``progress``, ``seed``,
+    ``description`` go to it; in-pass recording gives the same bits); or the :class:`HeadScores`
+    already recorded on them (a sweep's baseline pass records in the same pass as its evaluation;
+    a scores file), when ``model`` is not used. ``p``: one quantile or several.
+    """
+    quantiles = [p] if isinstance(p, Real) else list(p)
+    recorded = inputs
+    if not isinstance(inputs, HeadScores):
+        recorded = record_scores(model, inputs, [score], batch_size=batch_size, progress=progress, seed=seed,
+                                 description=description)
+    return calibrate(recorded, score, quantiles)
 
 
 def flag_fraction(

@@ -21,7 +21,7 @@ from ..core.modules import import_modules
 from ..evaluation.tasks import task_kind
 from ..models.devices import DTYPES as _DTYPE_TABLE
 from ..models.loading import BACKENDS, DEFAULT_MODEL
-from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate, check_quantiles, official_thresholds
+from ..scoring.calibration import DEFAULT_QUANTILES, Thresholds, calibrate_on, check_quantiles, official_thresholds
 from ..scoring.scores import PAPER_SCORES, STATIC_SUFFIX, get_score, score_label
 
 DTYPES = (*_DTYPE_TABLE, "auto")  # the names models.devices knows, and "auto"
@@ -370,7 +370,7 @@ def thresholds_for(config: SweepConfig, key: str, head_scores) -> Thresholds:
                              f"official thresholds exist for p in {list(t.quantiles)}")
         picked = [t.at(q) for q in config.quantiles]
         return Thresholds(key, tuple(config.quantiles), tuple(picked), t.direction, t.source, t.n_scores)
-    return calibrate(head_scores, key, config.quantiles)
+    return calibrate_on(None, head_scores, key, config.quantiles)  # recorded in the baseline pass
 
 
 def ablation_for(config: SweepConfig, key: str | None, tau: float | None, heads=None) -> AblationSpec | None:
