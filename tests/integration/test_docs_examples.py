@@ -31,7 +31,8 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return blocks
 
 
-DOC_FILES = sorted(DOCS.glob("*.md"))
+# The README is a docs page too: its notebook quickstart runs and its links resolve.
+DOC_FILES = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
 WITH_CODE = [p for p in DOC_FILES if python_blocks(p.read_text(encoding="utf-8"))]
 
 
