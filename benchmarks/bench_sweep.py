@@ -34,7 +34,6 @@ def main() -> None:
 
     from inactive_heads.sweep.run import run_sweep
     from inactive_heads.sweep.config import SweepConfig
-    from inactive_heads.sweep.folder import VOLATILE_FIELDS
 
     torch.set_num_threads(1)
     config = SweepConfig(model=args.model, task="mmlu", subjects=args.subjects, limit=args.limit, num_fewshot=0,
@@ -60,13 +59,13 @@ def main() -> None:
         ray.shutdown()
 
     def stable(recs):
-        return {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in recs.items()}
+        return {k: r.without_volatile() for k, r in recs.items()}
 
     identical = stable(records["local"]) == stable(records["ray1"]) == stable(records["ray2"])
     n_runs = len(records["local"])
     print(json.dumps({
         **library_versions(),
-        "bench": "bench_sweep", "model": args.model, "questions": records["local"]["baseline"]["n"],
+        "bench": "bench_sweep", "model": args.model, "questions": records["local"]["baseline"].n,
         "runs": n_runs, "threads_per_worker": 1, "cpu_count": os.cpu_count(),
         "wall_s_local": round(walls["local"], 2), "wall_s_ray1": round(walls["ray1"], 2),
         "wall_s_ray2": round(walls["ray2"], 2), "ray_init_s": round(ray_init, 2),

@@ -645,7 +645,7 @@ def _demo_reading(results) -> str:
                    f"{' and '.join(behind)} cannot be told apart from it at this n")
     else:
         verdict = "their intervals overlap, so this sample does not rank the scores"
-    n = len(results.records[BASELINE]["correct"])
+    n = len(results.records[BASELINE].correct)
     return (
         f"Reading (n = {n} questions, 95% intervals): at p = {top['p'].iloc[0]:g} ({zeroed} of heads zeroed) "
         f"the answers unchanged are {agree}: {verdict}. Accuracy change from the baseline in points: {change}."

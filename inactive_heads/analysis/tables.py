@@ -1,8 +1,8 @@
 """The sweep's tables: one row per score (ranked, with intervals) and one row per run.
 
 They read a sweep's run records (any object with ``records``, ``config.run_ids()``,
-``score_keys`` and ``path``, as :class:`inactive_heads.SweepResults` has) and compute every interval
-with the paired bootstrap of :mod:`inactive_heads.analysis.paired`. The report, the plots and the
+``score_keys``, ``score_label`` and ``path``, as :class:`inactive_heads.SweepResults` has) and compute every
+interval with the paired bootstrap of :mod:`inactive_heads.analysis.paired`. The report, the plots and the
 command line show these tables; none computes them again.
 """
 
@@ -12,7 +12,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from ..scoring.scores import score_label
 from ..scoring.calibration import Real
 from .bootstrap import (
     DEFAULT_RESAMPLES,
@@ -35,9 +34,12 @@ class RunRecords(Protocol):
     """What the tables read of a sweep (``SweepResults`` is one)."""
 
     path: Any
-    records: dict[str, dict[str, Any]]
+    records: dict[str, Any]  # run id -> RunRecord (inactive_heads.sweep.record)
     config: Any
     score_keys: list[str]
+
+    def score_label(self, key: str) -> str:
+        """The label of a score curve as the results say it (not the registry's)."""
 
 
 def tolerance_text(tolerance: Real) -> str:
@@ -68,8 +70,8 @@ def _record_arrays(results: RunRecords) -> tuple[dict[str, dict[str, np.ndarray]
     if cached is not None and cached[0] == key:
         return cached[1]
     base = results.records.get(BASELINE)
-    base_ll = base.get("loglikelihoods") if base else None
-    sizes = {len(rec["correct"]) for rec in results.records.values() if rec.get("correct")}
+    base_ll = base.loglikelihoods if base else None
+    sizes = {len(rec.correct) for rec in results.records.values() if rec.correct}
     if len(sizes) > 1:
         raise UserError(
             f"the runs in '{results.path}' answered different numbers of questions ({sorted(sizes)}); "
@@ -77,10 +79,10 @@ def _record_arrays(results: RunRecords) -> tuple[dict[str, dict[str, np.ndarray]
         )
     out: dict[str, dict[str, np.ndarray]] = {}
     for run_id, rec in results.records.items():
-        if not rec.get("correct"):
+        if not rec.correct:
             continue
-        arrays = {"correct": 100.0 * np.asarray(rec["correct"], dtype=np.float64)}
-        ll = rec.get("loglikelihoods")
+        arrays = {"correct": 100.0 * np.asarray(rec.correct, dtype=np.float64)}
+        ll = rec.loglikelihoods
         if base_ll is not None and ll is not None:
             arrays["agree"] = 100.0 * answer_agreement(ll, base_ll)
             arrays["kl"] = choice_kl(ll, base_ll)
@@ -118,8 +120,8 @@ def summary_table(
     has_baseline = BASELINE in arrays
     by_key: dict[str, list[tuple[float, str]]] = {}
     for run_id, rec in results.records.items():
-        if rec["score"] and run_id in arrays:
-            by_key.setdefault(rec["score"], []).append((float(rec["realized_percent"]), run_id))
+        if rec.score and run_id in arrays:
+            by_key.setdefault(rec.score, []).append((float(rec.realized_percent), run_id))
     by_key = {k: by_key[k] for k in results.score_keys if k in by_key}
     if not by_key:
         return pd.DataFrame(columns=COLUMNS)
@@ -146,7 +148,7 @@ def summary_table(
                   for c in within}
         rows.append({
             "score": key,
-            "label": score_label(key),
+            "label": results.score_label(key),
             **within,
             "normalized_auc": acc["normalized_auc"],
             "auc_low": acc["auc_low"],
@@ -243,8 +245,8 @@ def runs_table(
             stats["difference"] = a["correct"] - base["correct"]
         if "agree" in a:
             stats["agreement"], stats["kl"] = a["agree"], a["kl"]
-        row = {"run_id": run_id, "score": rec["score"], "label": rec.get("label"), "p": rec.get("p"),
-               "realized_pct": rec.get("realized_percent")}
+        row = {"run_id": run_id, "score": rec.score, "label": rec.label, "p": rec.p,
+               "realized_pct": rec.realized_percent}
         means = counts @ np.stack(list(stats.values())).T / n
         for j, (name, values) in enumerate(stats.items()):
             ci = percentile_interval(values.mean(), means[:, j])
@@ -258,14 +260,14 @@ def resolution_note(results: RunRecords, tolerance: Real = 1.0) -> str | None:
     cannot resolve that difference, and about how many questions would
     (:func:`inactive_heads.analysis.questions_to_resolve`)."""
     rec = results.records.get(BASELINE)
-    if not rec or not rec.get("correct"):
+    if not rec or not rec.correct:
         return None
-    ci = accuracy_interval(rec["correct"])
+    ci = accuracy_interval(rec.correct)
     if ci.width <= float(tolerance):
         return None
     need = questions_to_resolve(ci.estimate, tolerance)
     return (
-        f"with n = {len(rec['correct'])} questions the baseline's 95% interval is {ci.width:.1f} points wide, "
+        f"with n = {len(rec.correct)} questions the baseline's 95% interval is {ci.width:.1f} points wide, "
         f"so this sample cannot resolve {tolerance_text(tolerance)} of accuracy; about {need:,} questions would "
         "(differences from the baseline are paired and resolve more: see each run's interval)."
     )

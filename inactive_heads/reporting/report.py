@@ -30,9 +30,7 @@ from ..analysis.bootstrap import (
 )
 from ..scoring.calibration import Thresholds, calibrate
 from ..scoring.recording import HeadScores, toolkit_version
-from ..scoring.scores import get_score
 from ..analysis.tables import AGREEMENT_TOLERANCE, BASELINE, NOT_REACHED, missing_runs, resolution_note, runs_table, summary_table, tolerance_text as _tol  # noqa: F401
-from ..scoring.scores import score_label
 from ..core.text import text_table
 from ..sweep.results import SweepResults
 
@@ -45,7 +43,7 @@ def _load(results: SweepResults | str | os.PathLike) -> SweepResults:
 
 def _n_questions(results: SweepResults) -> int | None:
     rec = results.records.get(BASELINE) or next(iter(results.records.values()), None)
-    return rec.get("n") if rec else None
+    return rec.n if rec else None
 
 
 def _partial_note(results: SweepResults, shown: int = 6) -> str | None:
@@ -137,8 +135,8 @@ def format_table(
     n = _n_questions(results)
     lines = [f"{cfg.model} on {cfg.task}" + (f" ({n} questions)" if n is not None else "")]
     base = results.records.get(BASELINE)
-    if base and base.get("correct"):
-        ci = accuracy_interval(base["correct"])
+    if base and base.correct:
+        ci = accuracy_interval(base.correct)
         lines.append(f"baseline accuracy (nothing zeroed): {ci.estimate:.2f}% (95% interval {ci.low:.2f} to {ci.high:.2f})")
         note = resolution_note(results, tolerance)
         if note:
@@ -275,7 +273,7 @@ def _header_html(results: SweepResults) -> str:
     subjects = "all" if not cfg.subjects else ", ".join(cfg.subjects[:8]) + (
         f" … ({len(cfg.subjects)} subjects)" if len(cfg.subjects) > 8 else ""
     )
-    finished = [r.get("finished_at") for r in results.records.values() if r.get("finished_at")]
+    finished = [r.finished_at for r in results.records.values() if r.finished_at]
     n = _n_questions(results)
     total = len(cfg.run_ids())
     items = [
@@ -391,10 +389,10 @@ def _difference(top: pd.Series, awft: pd.Series) -> str:
 
 def _baseline_interval_html(results: SweepResults) -> str:
     rec = results.records.get(BASELINE)
-    if not rec or not rec.get("correct"):
+    if not rec or not rec.correct:
         return ""
-    ci = accuracy_interval(rec["correct"])
-    return f" (95% interval {ci.low:.2f} to {ci.high:.2f}, n = {len(rec['correct'])} questions)"
+    ci = accuracy_interval(rec.correct)
+    return f" (95% interval {ci.low:.2f} to {ci.high:.2f}, n = {len(rec.correct)} questions)"
 
 
 def _runs_html(results: SweepResults) -> str:
@@ -438,7 +436,7 @@ def _thresholds_html(results: SweepResults) -> str:
         by_p = dict(t.items())
         op = "&gt;" if t.direction == "above" else "&lt;"
         rows.append(
-            [f"{_swatch(key)}{_e(score_label(key))}", f"inactive if {op} τ"]
+            [f"{_swatch(key)}{_e(results.score_label(key))}", f"inactive if {op} τ"]
             + [_e(f"{by_p[p]:.4g}") if p in by_p else "—" for p in ps]
             + [_e(t.source), _e(f"{t.n_scores:,}" if t.n_scores else "—")]
         )
@@ -448,14 +446,15 @@ def _thresholds_html(results: SweepResults) -> str:
     return "\n".join(parts)
 
 
-def _threshold_at(thresholds: Thresholds | None, head_scores: HeadScores, key: str, p: Real) -> float:
+def _threshold_at(results: SweepResults, head_scores: HeadScores, key: str, p: Real) -> float:
     """τ_p from the sweep's thresholds, else calibrated here on the recorded scores."""
+    thresholds = results.thresholds.get(key)
     if thresholds is not None:
         try:
             return thresholds.at(p)
         except KeyError:
             pass
-    return calibrate(head_scores, key, [p]).values[0]
+    return calibrate(head_scores, key, [p], direction=results.score_direction(key)).values[0]
 
 
 def _scores_html(results: SweepResults) -> str:
@@ -469,10 +468,10 @@ def _scores_html(results: SweepResults) -> str:
         parts.append(f'<div class="note">Could not read <code>{_e(path)}</code>: {_e(err)}</div>')
         return "\n".join(parts)
     key = "ahon_ln" if "ahon_ln" in hs else hs.keys()[0]
-    label = score_label(key)
+    label, direction = results.score_label(key), results.score_direction(key)
     t = results.thresholds.get(key)
-    tau = _threshold_at(t, hs, key, HEATMAP_P)
-    op = ">" if get_score(key).direction == "above" else "<"
+    tau = _threshold_at(results, hs, key, HEATMAP_P)
+    op = ">" if direction == "above" else "<"
     parts.append(
         f'<p class="caption">{hs.n_sequences:,} sequences × {hs.n_layers} layers × {hs.n_heads} heads, '
         f"recorded on the evaluation inputs. Heatmap: each head's {_e(label)} averaged over sequences; "
@@ -483,32 +482,34 @@ def _scores_html(results: SweepResults) -> str:
     )
     parts.append(
         '<div class="row">'
-        + _figure(plots.score_heatmap(hs, key, threshold=tau, title=f"{label}: mean over sequences"),
-                  "fig-heatmap")
-        + _figure(plots.flag_rate_heatmap(hs, key, tau, title=f"{label} {op} τ: % of sequences"),
-                  "fig-flag-rate")
+        + _figure(plots.score_heatmap(hs, key, threshold=tau, title=f"{label}: mean over sequences",
+                                      label=label, direction=direction), "fig-heatmap")
+        + _figure(plots.flag_rate_heatmap(hs, key, tau, title=f"{label} {op} τ: % of sequences",
+                                          label=label, direction=direction), "fig-flag-rate")
         + "</div>"
     )
     parts.append(
         '<p class="caption">The pooled distribution the thresholds are read from, with τ<sub>p</sub> '
         "marked (labels: p).</p>"
     )
-    parts.append(_figure(plots.score_distributions(hs, key, thresholds=t), "fig-distribution"))
+    parts.append(_figure(plots.score_distributions(hs, key, thresholds=t, label=label), "fig-distribution"))
     keys = [k for k in results.config.scores if k in hs] or hs.keys()
-    parts.append(_figure(plots.layer_profiles(hs, keys), "fig-layer-profiles"))
-    iou_keys = {k: _threshold_at(results.thresholds.get(k), hs, k, HEATMAP_P) for k in keys}
+    labels = {k: results.score_label(k) for k in keys}
+    parts.append(_figure(plots.layer_profiles(hs, keys, labels=labels), "fig-layer-profiles"))
+    iou_keys = {k: _threshold_at(results, hs, k, HEATMAP_P) for k in keys}
     if len(iou_keys) >= 2:
         parts.append(
             '<p class="caption">How much the scores agree: IoU of the (sequence, layer, head) sets each '
             f"flags at its τ<sub>{HEATMAP_P:.0%}</sub> on the recorded scores (no ablation cascade).</p>"
         )
-        parts.append(_figure(plots.iou_heatmap(hs, iou_keys), "fig-iou"))
+        parts.append(_figure(plots.iou_heatmap(hs, iou_keys, labels=labels,
+                                               directions={k: results.score_direction(k) for k in keys}), "fig-iou"))
     return "\n".join(parts)
 
 
 def _savings_html(results: SweepResults) -> str:
     """Per ablated run: accuracy beside what skipping its zeroed heads would save (estimated)."""
-    runs = [(rid, rec) for rid, rec in results.records.items() if rec.get("oracle_savings")]
+    runs = [(rid, rec) for rid, rec in results.records.items() if rec.oracle_savings]
     if not runs:
         return ""
     parts = ['<h2 id="savings">What skipping the zeroed heads would save (estimated)</h2>',
@@ -520,9 +521,9 @@ def _savings_html(results: SweepResults) -> str:
              "(<code>ih.savings</code>, <code>ih.export_pruned</code>).</p>"]
     rows = []
     for rid, rec in runs:
-        ci = accuracy_interval(rec["correct"])
-        o = rec["oracle_savings"]
-        rows.append([f"<code>{_e(rid)}</code>", _e(rec.get("label") or rec["score"]),
+        ci = accuracy_interval(rec.correct)
+        o = rec.oracle_savings
+        rows.append([f"<code>{_e(rid)}</code>", _e(rec.label or rec.score),
                      _e(_ci(ci.estimate, ci.low, ci.high, 2)), _fmt(o["query_heads_pct"]), _fmt(o["kv_heads_pct"]),
                      _fmt(o["prefill_flops_removed_pct"]), _fmt(o["kv_cache_removed_pct"])])
     header = ["run", "score", "accuracy % [95%]", "query heads %", "KV heads removable %", "prefill FLOPs %",
@@ -571,7 +572,7 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
     body.append(_thresholds_html(results))
     best = _best_key(frame)
     if best is not None:
-        body.append(f'<h2 id="by-layer">Where the zeroing happens: {_e(score_label(best))} by layer</h2>')
+        body.append(f'<h2 id="by-layer">Where the zeroing happens: {_e(results.score_label(best))} by layer</h2>')
         why = (
             f"the score with the most heads zeroed within {_e(_tol(tolerance))}"
             if has_baseline
@@ -582,7 +583,7 @@ def render_report(results: SweepResults, *, tolerance: Real = 1.0) -> str:
             why += (f" as far as the tested range shows: its ≥ {top['max_pct_within']:.2f}% is a lower bound "
                     "(a bound ranks by its value; ties: better AUC)")
         body.append(
-            f'<p class="caption">{_e(score_label(best))} is {why}. Per layer, the % of (sequence, head) '
+            f'<p class="caption">{_e(results.score_label(best))} is {why}. Per layer, the % of (sequence, head) '
             "pairs it zeroed in each ablated run.</p>"
         )
         body.append(_figure(plots.realized_by_layer(results, best), "fig-by-layer"))

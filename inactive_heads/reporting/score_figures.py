@@ -12,9 +12,9 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ..analysis.heads import Real, flagged_mask, iou, wasserstein_matrix
-from ..scoring.calibration import Thresholds, pooled_scores
+from ..scoring.calibration import Thresholds, pooled_scores, resolve_direction
 from ..scoring.recording import HeadScores
-from ..scoring.scores import get_score, score_label
+from ..scoring.scores import flag_inactive, get_score, is_registered, score_label
 from ..core.errors import OutOfRangeError, UnknownNameError, UserError
 from .style import FLAG_COLOR, _layer_dtick, _layout, _model_name, score_color
 
@@ -24,10 +24,11 @@ MAX_POINTS = 20_000
 
 
 def flagged_heads(
-    values: Float[Tensor, "layer head"], key: str, threshold: Real
+    values: Float[Tensor, "layer head"], key: str, threshold: Real, *, direction: str | None = None
 ) -> Bool[Tensor, "layer head"]:
-    """Heads that score ``key`` calls inactive at τ = ``threshold`` (its own direction)."""
-    return get_score(key).is_inactive(values, float(threshold))
+    """Heads that score ``key`` calls inactive at τ = ``threshold`` (in ``direction``, by default
+    the registered score's)."""
+    return flag_inactive(values, float(threshold), resolve_direction(key, direction))
 
 
 def score_heatmap(
@@ -37,15 +38,19 @@ def score_heatmap(
     sequence: int | None = None,
     threshold: Real | None = None,
     title: str | None = None,
+    label: str | None = None,
+    direction: str | None = None,
 ) -> go.Figure:
     """Layer (y, layer 0 on top) × head (x) heatmap of one score.
 
     Plots the mean over sequences, or the scores of one ``sequence``. With ``threshold``, the
     heads the score calls inactive at τ *on the plotted values* are outlined (a scatter trace of
     open squares, one marker per flagged head). The inactive end of the color scale is dark for
-    both directions ("above" scores use the reversed scale).
+    both directions ("above" scores use the reversed scale). ``label`` and ``direction`` default to
+    the registered score's (a results folder's, :meth:`SweepResults.score_label`, for a score
+    this process does not register; an unregistered score without them is drawn as "below").
     """
-    label = score_label(key)
+    label = label or score_label(key)
     if sequence is None:
         values = head_scores.mean(key)
         what = f"mean over {head_scores.n_sequences} sequences"
@@ -56,7 +61,8 @@ def score_heatmap(
         what = f"sequence {sequence}"
     n_layers, n_heads = values.shape
     z = values.detach().double().numpy()
-    direction = get_score(key).direction if _registered(key) else "below"
+    if direction is None:
+        direction = get_score(key).direction if is_registered(key) else "below"
 
     plot_w, plot_h = _grid_size(n_layers, n_heads)
     fig = go.Figure(
@@ -71,7 +77,7 @@ def score_heatmap(
         )
     )
     if threshold is not None:
-        mask = flagged_heads(values, key, threshold)
+        mask = flagged_heads(values, key, threshold, direction=direction)
         layers, heads = np.nonzero(mask.numpy())
         size = 0.82 * min(plot_w / n_heads, plot_h / n_layers)
         fig.add_trace(
@@ -91,15 +97,17 @@ def score_heatmap(
 
 
 def flag_rate_heatmap(
-    head_scores: HeadScores, key: str, threshold: Real, *, title: str | None = None
+    head_scores: HeadScores, key: str, threshold: Real, *, title: str | None = None, label: str | None = None,
+    direction: str | None = None,
 ) -> go.Figure:
     """Layer × head heatmap of the % of sequences on which each head is flagged inactive at τ.
 
     This is the per-sequence selection the ablation makes (here on the recorded scores, so
     without the cascade of earlier ablations): a head can be inactive on some inputs only.
+    ``label`` and ``direction`` default to the registered score's.
     """
-    label = score_label(key)
-    rate = 100 * flagged_mask(head_scores, key, float(threshold)).double().mean(dim=0)
+    label = label or score_label(key)
+    rate = 100 * flagged_mask(head_scores, key, float(threshold), direction).double().mean(dim=0)
     n_layers, n_heads = rate.shape
     fig = go.Figure(
         go.Heatmap(
@@ -147,18 +155,13 @@ def _grid_layout(fig: go.Figure, title: str, n_layers: int, n_heads: int, *, sho
     return fig
 
 
-def _registered(key: str) -> bool:
-    try:
-        get_score(key)
-    except KeyError:
-        return False
-    return True
-
-
-def layer_profiles(head_scores: HeadScores, keys: Sequence[str] | None = None, *, columns: int = 3) -> go.Figure:
+def layer_profiles(head_scores: HeadScores, keys: Sequence[str] | None = None, *, columns: int = 3,
+                   labels: Mapping[str, str] | None = None) -> go.Figure:
     """Small multiples, one panel per score: each head's mean score by layer (points, spread
-    slightly within the layer) and the layer's mean over heads (line)."""
+    slightly within the layer) and the layer's mean over heads (line). ``labels``: score key ->
+    label (default: the registered score's)."""
     keys = list(keys) if keys is not None else head_scores.keys()
+    labels = {k: (labels or {}).get(k) or score_label(k) for k in keys}
     if not keys:
         raise UserError("layer_profiles needs at least one score key")
     missing = [k for k in keys if k not in head_scores]
@@ -171,7 +174,7 @@ def layer_profiles(head_scores: HeadScores, keys: Sequence[str] | None = None, *
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=[score_label(k) for k in keys],
+        subplot_titles=[labels[k] for k in keys],
         vertical_spacing=min(0.3 / max(rows - 1, 1), 90 / height),
         horizontal_spacing=0.07,
     )
@@ -181,7 +184,7 @@ def layer_profiles(head_scores: HeadScores, keys: Sequence[str] | None = None, *
     for i, key in enumerate(keys):
         row, col = i // cols + 1, i % cols + 1
         mean = head_scores.mean(key).double().numpy()
-        label, color = score_label(key), score_color(key)
+        label, color = labels[key], score_color(key)
         x = (layer_idx[:, None] + offsets[None, :]).ravel()
         heads = np.broadcast_to(np.arange(n_heads), (n_layers, n_heads)).ravel()
         layers = np.repeat(layer_idx, n_heads)
@@ -246,13 +249,15 @@ def score_distributions(
     thresholds: Thresholds | Sequence[Real] | None = None,
     max_points: int = MAX_POINTS,
     title: str | None = None,
+    label: str | None = None,
 ) -> go.Figure:
     """Distribution of one score pooled over (sequence, layer, head), one trace per model.
 
     ``kind="ecdf"`` (the curve the thresholds are read from) or ``"histogram"`` (density).
     Pools over ``max_points`` are subsampled deterministically to evenly spaced order
     statistics, which keeps the ECDF exact at the points shown. ``thresholds`` (a
-    :class:`Thresholds` or plain numbers) are drawn as vertical lines.
+    :class:`Thresholds` or plain numbers) are drawn as vertical lines. ``label`` defaults to the
+    registered score's.
     """
     if kind not in ("ecdf", "histogram"):
         raise UserError(f"kind={kind!r} must be 'ecdf' or 'histogram'")
@@ -260,7 +265,7 @@ def score_distributions(
         named_head_scores = {_model_name(named_head_scores): named_head_scores}
     if not named_head_scores:
         raise UserError("score_distributions needs at least one HeadScores")
-    label = score_label(key)
+    label = label or score_label(key)
     palette = qualitative.Plotly
     pools = {name: pooled_scores(hs, key) for name, hs in named_head_scores.items()}
     fig = go.Figure()
@@ -354,16 +359,18 @@ def wasserstein_heatmap(named_head_scores: Mapping[str, HeadScores], key: str) -
     return fig
 
 
-def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real]) -> go.Figure:
+def iou_heatmap(head_scores: HeadScores, thresholds: Mapping[str, Real], *, labels: Mapping[str, str] | None = None,
+                directions: Mapping[str, str] | None = None) -> go.Figure:
     """Annotated IoU matrix between the (sequence, layer, head) sets flagged by several scores,
-    each at its own threshold (static: the recorded scores, no ablation cascade)."""
+    each at its own threshold (static: the recorded scores, no ablation cascade). ``labels`` and
+    ``directions`` (score key -> each) default to the registered scores'."""
     keys = list(thresholds)
     if not keys:
         raise UserError("iou_heatmap needs thresholds for at least one score")
-    masks = {k: flagged_mask(head_scores, k, float(thresholds[k])) for k in keys}
+    masks = {k: flagged_mask(head_scores, k, float(thresholds[k]), (directions or {}).get(k)) for k in keys}
     n = len(keys)
     z = np.array([[iou(masks[a], masks[b]) for b in keys] for a in keys])
-    labels = [score_label(k) for k in keys]
+    labels = [(labels or {}).get(k) or score_label(k) for k in keys]
     pct = {k: 100 * float(masks[k].double().mean()) for k in keys}
     hover = [
         [

@@ -22,13 +22,13 @@ def _sweep_points(results: SweepResults, metric: str = "accuracy") -> dict[str, 
     table = runs_table(results).set_index("run_id")
     out: dict[str, list[tuple]] = {}
     for run_id, rec in results.records.items():
-        if rec["score"] and run_id in table.index:
+        if rec.score and run_id in table.index:
             row = table.loc[run_id]
             if metric == "agreement" and np.isnan(row["agreement"]):
                 continue
-            p, tau = rec.get("p"), rec.get("threshold")
-            out.setdefault(rec["score"], []).append(
-                (float(rec["realized_percent"]), float(row[metric]),
+            p, tau = rec.p, rec.threshold
+            out.setdefault(rec.score, []).append(
+                (float(rec.realized_percent), float(row[metric]),
                  None if p is None else float(p), None if tau is None else float(tau),
                  float(row[f"{metric}_low"]), float(row[f"{metric}_high"]))
             )
@@ -73,10 +73,11 @@ def accuracy_curves(
             k: [(float(x), float(y), None, None, None, None) for x, y in sorted((float(a), float(b)) for a, b in pts)]
             for k, pts in sweep_results_or_curves.items()
         }
+    label = results.score_label if isinstance(sweep_results_or_curves, SweepResults) else score_label
     fig = go.Figure()
     for key, pts in points.items():
         if pts:
-            fig.add_trace(_curve_trace(key, pts, metric))
+            fig.add_trace(_curve_trace(key, label(key), pts, metric))
     if baseline is not None:
         _reference_lines(fig, float(baseline), float(tolerance))
     _layout(
@@ -92,10 +93,9 @@ def accuracy_curves(
     return fig
 
 
-def _curve_trace(key: str, pts: list, metric: str) -> go.Scatter:
+def _curve_trace(key: str, label: str, pts: list, metric: str) -> go.Scatter:
     """One score function's line: (realized %, value %, p, τ, interval low, high) per point, with
     error bars where every point has its interval."""
-    label = score_label(key)
     custom = [
         (f"p = {p:.0%}, τ = {t:.4g}" if p is not None and t is not None else "")
         + (f"<br>95% interval {lo:.2f} to {hi:.2f}" if lo is not None else "")
@@ -143,8 +143,10 @@ def auc_ranking(
 ) -> go.Figure:
     """Dot plot of each score's normalized AUC (its mean accuracy over its own realized range,
     docs/concepts.md), best at the top, with the baseline accuracy as a vertical line."""
+    label = score_label
     if isinstance(sweep_results_or_curves, SweepResults):
         curves = sweep_results_or_curves.curves()
+        label = sweep_results_or_curves.score_label
         if baseline is None:
             baseline = _baseline_of(sweep_results_or_curves)
     else:
@@ -153,7 +155,7 @@ def auc_ranking(
     fig = go.Figure(
         go.Scatter(
             x=[v for _, v in ranked],
-            y=[score_label(k) for k, _ in ranked],
+            y=[label(k) for k, _ in ranked],
             mode="markers+text",
             marker={"size": 13, "color": [score_color(k) for k, _ in ranked], "line": {"width": 1, "color": "white"}},
             text=[f"{v:.2f}" for _, v in ranked],
@@ -182,24 +184,24 @@ def realized_by_layer(sweep_results: SweepResults, key: str) -> go.Figure:
     """% of (sequence, head) pairs zeroed in each layer during the ablated runs of one score,
     one line per threshold (from the runs' ``realized_fraction_per_layer``)."""
     records = sorted(
-        (r for r in sweep_results.records.values() if r["score"] == key),
-        key=lambda r: (r.get("p") is None, r.get("p") or 0.0),
+        (r for r in sweep_results.records.values() if r.score == key),
+        key=lambda r: (r.p is None, r.p or 0.0),
     )
     if not records and key not in sweep_results.config.scores + ["random"]:
         raise UserError(
             f"score '{key}' is not part of this sweep; it has {', '.join(sweep_results.score_keys) or 'no runs'}"
         )
-    label = score_label(key)
-    usable = [r for r in records if r.get("realized_fraction_per_layer")]
+    label = sweep_results.score_label(key)
+    usable = [r for r in records if r.realized_fraction_per_layer]
     colors = sample_colorscale("Viridis", list(np.linspace(0.0, 0.85, max(len(usable), 2))))
     fig = go.Figure()
     for rec, color in zip(usable, colors):
-        per_layer = [100 * float(f) for f in rec["realized_fraction_per_layer"]]
-        p, tau = rec.get("p"), rec.get("threshold")
-        name = f"p = {p:.0%}" if p is not None else rec["run_id"]
+        per_layer = [100 * float(f) for f in rec.realized_fraction_per_layer]
+        p, tau = rec.p, rec.threshold
+        name = f"p = {p:.0%}" if p is not None else rec.run_id
         if tau is not None:
             name += f", τ = {tau:.3g}"
-        name += f" ({rec['realized_percent']:.1f}% overall)"
+        name += f" ({rec.realized_percent:.1f}% overall)"
         fig.add_trace(
             go.Scatter(
                 x=list(range(len(per_layer))),
@@ -216,7 +218,7 @@ def realized_by_layer(sweep_results: SweepResults, key: str) -> go.Figure:
                            x=0.5, y=0.5, xref="paper", yref="paper")
     _layout(fig, f"{label}: % of heads zeroed per layer, by threshold", height=440,
             margin={"l": 70, "r": 30, "t": 80, "b": 60}, legend={"title": {"text": "threshold"}})
-    n_layers = max((len(r["realized_fraction_per_layer"]) for r in usable), default=1)
+    n_layers = max((len(r.realized_fraction_per_layer) for r in usable), default=1)
     fig.update_xaxes(title_text="layer", rangemode="tozero", dtick=_layer_dtick(n_layers))
     fig.update_yaxes(title_text="% of heads zeroed", rangemode="tozero")
     return fig

@@ -167,6 +167,15 @@ def get_score(key: str) -> ScoreFunction:
         raise UnknownNameError(f"unknown score '{key}'; known: {', '.join(_REGISTRY)}") from None
 
 
+def is_registered(key: str) -> bool:
+    """Whether a score of this key is registered in this process."""
+    try:
+        get_score(key)
+    except KeyError:
+        return False
+    return True
+
+
 def score_keys(*, include_appendix: bool = True, include_random: bool = True) -> list[str]:
     """Registered score keys in registry order (the paper's 13 first)."""
     keys = list(_REGISTRY)

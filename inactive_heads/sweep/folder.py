@@ -3,7 +3,8 @@
 ::
 
     sweep.json          the SweepConfig that produced it, with the dtype and the device type the
-                        model ran in (re-running checks that the sweep's identity matches)
+                        model ran in (re-running checks that the sweep's identity matches), and
+                        what each of its scores is (``score_info``: label, direction, reads)
     scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
     thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
     runs/<id>.json      one record per finished run, written atomically the moment it finishes
@@ -16,11 +17,13 @@
                         (:class:`~inactive_heads.core.lock.FolderLock`)
     shards/             Ray executor only: the layout and each finished (run, shard)
 
-``sweep.json`` and every record carry ``"format_version"`` (:data:`RESULTS_FORMAT`); a folder
-without one was written before versions were kept (format 1) and reads the same. The readers here
-(:func:`read_sweep_json`, :func:`read_thresholds`, :func:`read_records`) take the stored options
-as plain data: they import no user module and check no name against the registries. A folder of
-a newer format is a one-line error naming the version it needs.
+``sweep.json`` and every record carry ``"format_version"`` (:data:`RESULTS_FORMAT`, the formats in
+:mod:`inactive_heads.sweep.record`); a folder without one was written before versions were kept
+(format 1) and reads the same. Records are :class:`~inactive_heads.sweep.record.RunRecord` objects,
+written and read only through it. The readers here (:func:`read_sweep_json`,
+:func:`read_score_info`, :func:`read_thresholds`, :func:`read_records`) take the stored options as
+plain data: they import no user module and check no name against the registries. A folder of a
+newer format is a one-line error naming the version it needs.
 
 A p = 0 run whose threshold was calibrated on these inputs (or Random at p = 0) zeroes nothing by
 construction; its record is the baseline's, marked ``"reused_from": "baseline"``
@@ -28,7 +31,6 @@ construction; its record is the baseline's, marked ``"reused_from": "baseline"``
 """
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +39,14 @@ from ..core.errors import UserError
 from ..core.io import write_json_atomic
 from ..scoring.calibration import Thresholds
 from .config import SweepConfig, ablation_for, device_type, run_id, run_label, thresholds_for
+from .record import RESULTS_FORMAT, VOLATILE_FIELDS, RunRecord, ScoreInfo, check_format, now  # noqa: F401
 
 SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
 STATIC_SCORES_FILE = "static_scores.safetensors"
 STATIC_HEADS_FILE = "static_heads.json"
-VOLATILE_FIELDS = ("seconds", "finished_at")
-
-
-# The results folder format. 1: folders written before a version was kept (no "format_version").
-# 2: "format_version" in sweep.json and in every record.
-RESULTS_FORMAT = 2
+SCORE_INFO = "score_info"
+"""The key of ``sweep.json`` (format 3) that describes the sweep's scores (:class:`ScoreInfo` each)."""
 
 
 def read_json_file(path: Path, *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -67,20 +66,31 @@ def read_json_file(path: Path, *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def read_sweep_json(folder: Path) -> dict[str, Any]:
-    """``folder/sweep.json`` without its ``format_version``, after checking that this version of
-    the toolkit reads that format."""
+    """``folder/sweep.json``'s options (without ``format_version`` and ``score_info``), after
+    checking that this version of the toolkit reads that format."""
     d = read_json_file(folder / "sweep.json")
     check_format(d.pop("format_version", 1), folder / "sweep.json")
+    d.pop(SCORE_INFO, None)
     return d
 
 
-def check_format(version: Any, where: Path) -> None:
-    """A one-line error for a results file of a format this version cannot read."""
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise UserError(f"'{where}' has format_version {version!r}; expected a positive integer")
-    if version > RESULTS_FORMAT:
-        raise UserError(f"'{where}' is in results format {version}; this inactive-heads reads formats up to "
-                        f"{RESULTS_FORMAT}: upgrade inactive-heads to read it")
+def read_score_info(folder: Path) -> dict[str, ScoreInfo]:
+    """What ``folder/sweep.json`` says about the sweep's scores, by key; empty for a folder of
+    format 1 or 2 (written before folders described their scores)."""
+    path = folder / "sweep.json"
+    d = read_json_file(path)
+    check_format(d.get("format_version", 1), path)
+    info = d.get(SCORE_INFO) or {}
+    if not isinstance(info, dict):
+        raise UserError(f"'{path}' has a malformed score_info ({type(info).__name__}, not an object); the "
+                        "folder is damaged: rerun the sweep into a new folder")
+    return {key: ScoreInfo.from_json(v, path) for key, v in info.items()}
+
+
+def score_info_of(config: SweepConfig) -> dict[str, ScoreInfo]:
+    """The registry's info of each of the config's scores (and Random), as ``sweep.json`` keeps it."""
+    keys = list(config.scores) + (["random"] if config.include_random else [])
+    return {key: ScoreInfo.registered(key) for key in keys}
 
 
 def stored_config(out: Path) -> SweepConfig | None:
@@ -96,8 +106,7 @@ def stored_config(out: Path) -> SweepConfig | None:
     stored = SweepConfig.from_dict(read_sweep_json(out)).validate()  # the write side: it resumes this sweep
     if stored.dtype != "auto" and stored.device is not None:
         return stored
-    records = [read_json_file(f) for f in sorted((out / "runs").glob("*.json"))]
-    ran = sorted({(rec["dtype"], device_type(rec["device"])) for rec in records if rec.get("dtype") and rec.get("device")})
+    ran = sorted({(rec.dtype, device_type(rec.device)) for rec in _record_files(out).values() if rec.dtype and rec.device})
     if len(ran) > 1:
         raise UserError(f"'{out}' holds runs computed in {' and in '.join(f'{d} on {t}' for d, t in ran)} (its "
                         "sweep.json, from an earlier version, left the dtype unresolved); their numbers do not "
@@ -138,7 +147,8 @@ def prepare_folder(config: SweepConfig, out: Path) -> None:
         raise ValueError("prepare_folder needs a resolved config (SweepConfig.resolved)")
     config = config.resolved(dtype=config.dtype, device=config.device)  # the device's type, not its index
     check_folder(config, out)
-    write_json_atomic(out / "sweep.json", {"format_version": RESULTS_FORMAT, **config.to_dict()})
+    info = {key: i.to_json() for key, i in score_info_of(config).items()}
+    write_json_atomic(out / "sweep.json", {"format_version": RESULTS_FORMAT, **config.to_dict(), SCORE_INFO: info})
 
 
 
@@ -162,8 +172,13 @@ def record_path(out: Path, rid: str) -> Path:
     return out / "runs" / f"{rid}.json"
 
 
+def write_record(out: Path, record: RunRecord) -> Path:
+    """Write a run's record atomically to ``runs/<id>.json``."""
+    return write_json_atomic(record_path(out, record.run_id), record.to_json())
+
+
 def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None, tau: float | None,
-                result, plan, model, heads=None) -> dict[str, Any]:
+                result, plan, model, heads=None) -> RunRecord:
     """The run record: what ran, its accuracy and realized zeroing, and every question's outcome.
     A static run (``heads``) also names its head set and the rule and questions that chose it; an
     ablated run, what an oracle skipping its zeroed heads would save. A generation task's record
@@ -200,29 +215,29 @@ def make_record(config: SweepConfig, rid: str, key: str | None, q: float | None,
         from ..pruning.accountant import oracle_summary
 
         oracle["oracle_savings"] = oracle_summary(model, result.flagged, [len(x) for x in plan.inputs])
-    return {
-        "format_version": RESULTS_FORMAT,
-        "run_id": rid,
-        "model": config.model,
-        "task": result.task,
-        "score": key,
-        "label": run_label(config, key),
-        "p": q,
-        "threshold": tau,
-        "accuracy": result.accuracy,
-        "accuracy_percent": 100 * result.accuracy,
+    return RunRecord(
+        format_version=RESULTS_FORMAT,
+        run_id=rid,
+        model=config.model,
+        task=result.task,
+        score=key,
+        label=run_label(config, key),
+        p=q,
+        threshold=tau,
+        accuracy=result.accuracy,
+        accuracy_percent=100 * result.accuracy,
         **outcomes,
-        "dtype": info.dtype,
-        "device": str(model_device(model)),
-        "backend": info.backend,
-        "batch_size": config.batch_size,
-        "torch_threads": torch.get_num_threads(),  # fp32 sums are ordered by the thread count
-        "seconds": result.seconds,
-        "ablation": spec.to_dict() if spec else None,
+        dtype=info.dtype,
+        device=str(model_device(model)),
+        backend=info.backend,
+        batch_size=config.batch_size,
+        torch_threads=torch.get_num_threads(),  # fp32 sums are ordered by the thread count
+        seconds=result.seconds,
+        ablation=spec.to_dict() if spec else None,
         **static,
         **oracle,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+        finished_at=now(),
+    )
 
 
 def _generation_outcomes(result, requests) -> dict[str, Any]:
@@ -253,23 +268,9 @@ def _generation_outcomes(result, requests) -> dict[str, Any]:
     }
 
 
-def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float,
-                  baseline: dict[str, Any]) -> dict[str, Any]:
+def reused_record(config: SweepConfig, rid: str, key: str, q: float, tau: float, baseline: RunRecord) -> RunRecord:
     """The record of a run that zeroes nothing by construction: the baseline's outcomes."""
-    spec = ablation_for(config, key, tau)
-    return {
-        **baseline,
-        "format_version": RESULTS_FORMAT,
-        "run_id": rid,
-        "score": key,
-        "label": run_label(config, key),
-        "p": q,
-        "threshold": tau,
-        "ablation": spec.to_dict(),
-        "seconds": 0.0,
-        "reused_from": BASELINE,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    return baseline.reused(rid, key, run_label(config, key), q, tau, ablation_for(config, key, tau).to_dict())
 
 
 def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thresholds]) -> None:
@@ -277,11 +278,10 @@ def write_reused_runs(config: SweepConfig, out: Path, thresholds: dict[str, Thre
     base_path = record_path(out, BASELINE)
     if not base_path.is_file():
         return
-    baseline = read_json_file(base_path)
+    baseline = read_record(base_path)
     for rid, key, q in config.run_ids():
         if config.reuses_baseline(key, q) and not record_path(out, rid).is_file():
-            write_json_atomic(record_path(out, rid),
-                              reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
+            write_record(out, reused_record(config, rid, key, q, thresholds[key].at(q), baseline))
 
 
 def pending_runs(config: SweepConfig, out: Path) -> list[tuple[str, str, float | None]]:
@@ -303,12 +303,19 @@ def read_thresholds(out: Path) -> dict[str, Thresholds]:
     return {k: Thresholds.from_dict(v) for k, v in data.items()}
 
 
-def read_records(out: Path) -> dict[str, dict[str, Any]]:
+def read_record(path: Path) -> RunRecord:
+    """One run record, checked for a format this version reads."""
+    return RunRecord.from_json(read_json_file(path, keys=("score", "p")), path)
+
+
+def _record_files(out: Path) -> dict[Path, RunRecord]:
+    return {f: read_record(f) for f in sorted((out / "runs").glob("*.json"))}
+
+
+def read_records(out: Path) -> dict[str, RunRecord]:
     """Every finished run's record by run id, each checked for a format this version reads."""
     records = {}
-    for f in sorted((out / "runs").glob("*.json")):
-        rec = read_json_file(f, keys=("score", "p"))
-        check_format(rec.get("format_version", 1), f)
+    for rec in _record_files(out).values():
         # folders of earlier versions: ids 'x@p=0.30'; one of a sweep's ablations has no p, its key is its id
-        records[rec["score"] if rec["score"] and rec["p"] is None else run_id(rec["score"], rec["p"])] = rec
+        records[rec.score if rec.score and rec.p is None else run_id(rec.score, rec.p)] = rec
     return records

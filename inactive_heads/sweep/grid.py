@@ -155,10 +155,10 @@ def compare_table(folders: Sequence[str | os.PathLike], *, tolerance: float = 1.
     rows = []
     for name, r in zip(names, results):
         base = r.records[BASELINE]
-        ci = accuracy_interval(base["correct"])
+        ci = accuracy_interval(base.correct)
         row = main.set_index("model").loc[name]
         rows.append({
-            "model": r.config.model, "task": r.config.task, "n": base["n"],
+            "model": r.config.model, "task": r.config.task, "n": base.n,
             "baseline_pct": round(ci.estimate, 2), "baseline_low": round(ci.low, 2), "baseline_high": round(ci.high, 2),
             f"{sink_key}_max_pct": row[f"{sink_key}_max_pct"], f"{sink_key}_censored": bool(row[f"{sink_key}_censored"]),
             "best_other": row["best_other_key"], "best_other_max_pct": row["best_other_max_pct"],

@@ -49,7 +49,7 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     assert code == 0
     results = SweepResults.load(out)
     assert results.is_complete and len(results.records) == 1 + 2 * 2
-    correct = results.records["baseline"]["correct"]
+    correct = results.records["baseline"].correct
     printed = float(re.search(r"baseline accuracy \(nothing zeroed\): ([\d.]+)%", text).group(1))
     assert printed == pytest.approx(100 * sum(correct) / len(correct), abs=0.005)
     assert (out / "report.html").is_file()
@@ -67,9 +67,9 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
                 if sign:
                     assert float(number) == pytest.approx(float(row.split()[-1]), abs=0.05), row
         start, end = results.records[f"{key}@p=0.0"], results.records[f"{key}@p=0.3"]
-        assert float(cells[1][0]) == pytest.approx((start["accuracy_percent"] + end["accuracy_percent"]) / 2,
+        assert float(cells[1][0]) == pytest.approx((start.accuracy_percent + end.accuracy_percent) / 2,
                                                    abs=0.05), row
-        assert float(row.split()[-1]) == pytest.approx(end["realized_percent"], abs=0.005), row
+        assert float(row.split()[-1]) == pytest.approx(end.realized_percent, abs=0.005), row
 
     demo = tmp_path / "demo"
     code = main(["demo", "--model", tiny_dir, "--limit", "8", "--quantiles", "0", "0.3", "--out", str(demo)])
@@ -80,9 +80,9 @@ def test_sweep_and_demo_finish_with_intervals(tiny_dir, tmp_path, capsys):
     assert config["task"] == "piqa" and config["num_fewshot"] == 0 and config["limit"] == 8
     # every run of the demo's plan has a record, with per-question log-likelihoods for agreement/KL
     records = SweepResults.load(demo).records
-    assert len(records) == 1 + 3 * 2 and all(len(r["loglikelihoods"]) == 8 for r in records.values())
+    assert len(records) == 1 + 3 * 2 and all(len(r.loglikelihoods) == 8 for r in records.values())
     # the folder format: in sweep.json and in every record (reused p = 0 records included)
-    assert config["format_version"] == RESULTS_FORMAT and {r["format_version"] for r in records.values()} == {
+    assert config["format_version"] == RESULTS_FORMAT and {r.format_version for r in records.values()} == {
         RESULTS_FORMAT}
 
 
@@ -115,12 +115,12 @@ def test_sweep_runs_a_users_registered_kind_given_by_import_and_ablation(tiny_di
     assert code == 0
     results = SweepResults.load(out)
     custom, static = results.ablation_keys
-    assert results.records[custom]["ablation"] == spec and results.records[static]["ablation"]["kind"] == "static"
-    assert results.records[custom]["loglikelihoods"] == results.records[static]["loglikelihoods"]
-    assert results.records[custom]["realized_fraction"] == results.records[static]["realized_fraction"] == 2 / 12
+    assert results.records[custom].ablation == spec and results.records[static].ablation["kind"] == "static"
+    assert results.records[custom].loglikelihoods == results.records[static].loglikelihoods
+    assert results.records[custom].realized_fraction == results.records[static].realized_fraction == 2 / 12
     assert json.loads((out / "sweep.json").read_text())["imports"] == ["user_ablation"]
     for rid in (custom, static):  # a row each, below the ranking, with the run's own accuracy
         row = re.search(rf"^{re.escape(rid)}  .*$", text, re.M).group(0)
         accuracy = re.findall(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row)[0]
-        assert float(accuracy[0]) == pytest.approx(results.records[rid]["accuracy_percent"], abs=0.05), row
+        assert float(accuracy[0]) == pytest.approx(results.records[rid].accuracy_percent, abs=0.05), row
     assert custom not in text[:text.index("fixed ablations")]

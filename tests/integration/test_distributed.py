@@ -22,7 +22,6 @@ from inactive_heads.core.errors import UserError
 from inactive_heads.scoring import scores as score_registry
 from inactive_heads.sweep.config import SweepConfig
 from inactive_heads.sweep.executors import ray as distributed
-from inactive_heads.sweep.folder import VOLATILE_FIELDS
 from inactive_heads.sweep.run import run_sweep
 
 pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
@@ -38,7 +37,7 @@ def tiny_config(**overrides):
 
 
 def stable(records):
-    return {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in records.items()}
+    return {k: r.without_volatile() for k, r in records.items()}
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def test_embedded_ray_fills_the_machine_and_its_workers_import_user_scores(user_
     finally:
         torch.set_num_threads(threads)
     assert stable(remote.records) == stable(local.records)
-    assert remote.records["user_max_key_weight@p=0.3"]["realized_fraction"] > 0
+    assert remote.records["user_max_key_weight@p=0.3"].realized_fraction > 0
     assert torch.equal(remote.head_scores()["user_max_key_weight"], local.head_scores()["user_max_key_weight"])
 
 
@@ -117,8 +116,8 @@ def test_a_users_ablation_kind_on_ray_equals_the_local_sweep(smollm2, tmp_path):
         torch.set_num_threads(threads)
     assert stable(remote.records) == stable(local.records)
     (rid,) = remote.ablation_keys
-    assert remote.records[rid]["ablation"] == spec and remote.records[rid]["realized_fraction"] == 3 / 270
-    assert remote.records[rid]["loglikelihoods"] != remote.records["baseline"]["loglikelihoods"]
+    assert remote.records[rid].ablation == spec and remote.records[rid].realized_fraction == 3 / 270
+    assert remote.records[rid].loglikelihoods != remote.records["baseline"].loglikelihoods
 
 
 @pytest.fixture(scope="module")
@@ -154,9 +153,9 @@ def test_ray_records_equal_local_records_even_when_a_worker_dies_mid_task(ray_se
                       "oracle_savings"):
             assert a[rid].get(field) == b[rid].get(field), (rid, field)
     assert a == b
-    assert remote.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
-    assert remote.records["ahon_ln@p=0.3"]["oracle_savings"]["query_heads_pct"] > 0
-    assert 0 < remote.records["random@p=0.3"]["realized_fraction"] < 0.6
+    assert remote.records["ahon_ln@p=0.3"].realized_fraction > 0
+    assert remote.records["ahon_ln@p=0.3"].oracle_savings["query_heads_pct"] > 0
+    assert 0 < remote.records["random@p=0.3"].realized_fraction < 0.6
     for key in ("ahon_ln",):
         assert torch.equal(remote.head_scores()[key], local.head_scores()[key])
     assert (tmp_path / "sweep" / "runs.parquet").is_file() and not (tmp_path / "sweep" / ".lock").exists()
@@ -245,6 +244,6 @@ def test_a_gsm8k_sweep_on_ray_equals_the_local_sweep(ray_session, smollm2, tmp_p
             assert a[rid][field] == b[rid][field], (rid, field)
     assert a == b
     for rid in ("ahon_ln@p=0.3", "random@p=0.3"):  # both zeroed heads (Random seeded by the global ids)
-        assert remote.records[rid]["realized_fraction"] > 0 and remote.records[rid]["decision"] == decision
+        assert remote.records[rid].realized_fraction > 0 and remote.records[rid].decision == decision
     if decision == "prompt":
-        assert remote.records["ahon_ln@p=0.3"]["savings"]["decode_flops_saved_fraction"] > 0
+        assert remote.records["ahon_ln@p=0.3"].savings["decode_flops_saved_fraction"] > 0

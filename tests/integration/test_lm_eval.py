@@ -215,13 +215,13 @@ def test_sweep_over_an_lm_eval_task_equals_the_model_type(smollm2, tasks, tmp_pa
     plain = run(lm_eval_model(smollm2, progress=False), tasks, ["arc_easy"], limit=5)
     lm = lm_eval_model(smollm2, ablation="ahon_ln@p0.2", progress=False)
     zeroed = run(lm, tasks, ["arc_easy"], limit=5)
-    assert_same_answers(baseline["loglikelihoods"], per_question(plain, "arc_easy"))
-    assert baseline["accuracy"] == plain["results"]["arc_easy"]["acc,none"]
-    assert baseline["acc_norm"] == plain["results"]["arc_easy"]["acc_norm,none"]
-    assert ablated["threshold"] == pytest.approx(lm.stats["loglikelihood"]["calibration"]["tau"], rel=1e-6)
-    assert_same_answers(ablated["loglikelihoods"], per_question(zeroed, "arc_easy"))
-    assert 0 < ablated["realized_fraction"] == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
-    assert ablated["task"] == "lm-eval:arc_easy"
+    assert_same_answers(baseline.loglikelihoods, per_question(plain, "arc_easy"))
+    assert baseline.accuracy == plain["results"]["arc_easy"]["acc,none"]
+    assert baseline.acc_norm == plain["results"]["arc_easy"]["acc_norm,none"]
+    assert ablated.threshold == pytest.approx(lm.stats["loglikelihood"]["calibration"]["tau"], rel=1e-6)
+    assert_same_answers(ablated.loglikelihoods, per_question(zeroed, "arc_easy"))
+    assert 0 < ablated.realized_fraction == pytest.approx(lm.stats["loglikelihood"]["realized_fraction"], abs=1e-12)
+    assert ablated.task == "lm-eval:arc_easy"
 
 
 def test_model_args_string_builds_the_model_type(smollm2, monkeypatch):

@@ -11,7 +11,6 @@ from inactive_heads.sweep.results import SweepResults
 
 # The submodule itself: ``inactive_heads.evaluation.evaluator`` as an attribute is the exported function.
 evaluate_module = importlib.import_module("inactive_heads.evaluation.evaluator")
-VOLATILE = ("seconds", "finished_at")
 
 
 def small_config(**overrides):
@@ -30,7 +29,7 @@ def small_config(**overrides):
 
 
 def stable(records):
-    return {k: {f: v for f, v in r.items() if f not in VOLATILE} for k, r in records.items()}
+    return {k: r.without_volatile() for k, r in records.items()}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +45,14 @@ def test_complete_sweep_has_every_run(complete):
     curves = complete.curves()
     assert set(curves) == {"ahon_ln", "awft", "random"}
     base = complete.records["baseline"]
-    assert base["n"] == 6 and base["realized_fraction"] == 0.0
-    assert len(base["loglikelihoods"]) == 6 and all(len(ll) == 4 for ll in base["loglikelihoods"])
-    chosen = [max(range(4), key=ll.__getitem__) for ll in base["loglikelihoods"]]
-    assert base["correct"] == [c == g for c, g in zip(chosen, base["gold"])]
-    assert base["subjects"] == ["abstract_algebra"] * 3 + ["anatomy"] * 3
+    assert base.n == 6 and base.realized_fraction == 0.0
+    assert len(base.loglikelihoods) == 6 and all(len(ll) == 4 for ll in base.loglikelihoods)
+    chosen = [max(range(4), key=ll.__getitem__) for ll in base.loglikelihoods]
+    assert base.correct == [c == g for c, g in zip(chosen, base.gold)]
+    assert base.subjects == ["abstract_algebra"] * 3 + ["anatomy"] * 3
     for key in ("ahon_ln", "awft", "random"):
-        assert complete.records[f"{key}@p=0.0"]["reused_from"] == "baseline"
-    assert complete.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
+        assert complete.records[f"{key}@p=0.0"].reused_from == "baseline"
+    assert complete.records["ahon_ln@p=0.3"].realized_fraction > 0
     thresholds = json.loads((complete.path / "thresholds.json").read_text())
     assert set(thresholds) == {"ahon_ln", "awft", "random"}
     table = complete.table()
@@ -66,11 +65,11 @@ def test_reused_p0_records_equal_a_real_evaluation(complete, smollm2):
                                            limit=3, num_fewshot=0)
     for key in ("ahon_ln", "awft", "random"):
         rec = complete.records[f"{key}@p=0.0"]
-        real = evaluate_module.evaluate(smollm2, plan, ablation=rec["ablation"], batch_size=4,
+        real = evaluate_module.evaluate(smollm2, plan, ablation=rec.ablation, batch_size=4,
                                         progress=False)
         assert real.realized_fraction == 0.0 and real.realized_fraction_per_layer == [0.0] * 30
-        assert real.loglikelihoods == rec["loglikelihoods"]  # bit for bit
-        assert real.correct == rec["correct"] and real.accuracy == rec["accuracy"]
+        assert real.loglikelihoods == rec.loglikelihoods  # bit for bit
+        assert real.correct == rec.correct and real.accuracy == rec.accuracy
 
 
 def test_scores_come_from_the_baseline_pass(complete, smollm2):
@@ -130,12 +129,12 @@ def test_results_as_dataframes(complete):
     runs = pd.read_parquet(complete.path / "runs.parquet")
     assert len(runs) == 7 and set(runs["run_id"]) == set(complete.records)
     assert runs.set_index("run_id").loc["ahon_ln@p=0.3", "accuracy_percent"] == \
-        complete.records["ahon_ln@p=0.3"]["accuracy_percent"]
+        complete.records["ahon_ln@p=0.3"].accuracy_percent
     questions = ih.load_results(complete.path, "questions")
     assert len(questions) == 7 * 6
     base = questions[questions["run_id"] == "baseline"]
-    assert list(base["doc_id"]) == complete.records["baseline"]["doc_ids"]
-    assert list(base["correct"]) == complete.records["baseline"]["correct"]
+    assert list(base["doc_id"]) == complete.records["baseline"].doc_ids
+    assert list(base["correct"]) == complete.records["baseline"].correct
     assert pd.read_parquet(complete.path / "questions.parquet")["loglikelihoods"].map(list).tolist() == \
         questions["loglikelihoods"].tolist()
 
@@ -225,11 +224,11 @@ def test_sweep_with_prefix_reuse_equals_full_recompute(smollm2, tmp_path):
     assert set(full.records) == set(reused.records)
     for rid, a in full.records.items():
         b = reused.records[rid]
-        assert a["correct"] == b["correct"], rid
-        assert a["realized_fraction_per_layer"] == b["realized_fraction_per_layer"], rid
-        worst = max(abs(x - y) for la, lb in zip(a["loglikelihoods"], b["loglikelihoods"]) for x, y in zip(la, lb))
+        assert a.correct == b.correct, rid
+        assert a.realized_fraction_per_layer == b.realized_fraction_per_layer, rid
+        worst = max(abs(x - y) for la, lb in zip(a.loglikelihoods, b.loglikelihoods) for x, y in zip(la, lb))
         assert worst <= 1e-4, (rid, worst)
-    assert reused.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
+    assert reused.records["ahon_ln@p=0.3"].realized_fraction > 0
     for key in options["scores"]:
         for q in options["quantiles"]:
             assert reused.thresholds[key].at(q) == pytest.approx(full.thresholds[key].at(q), rel=1e-5, abs=1e-6)
@@ -249,13 +248,13 @@ def test_a_resume_may_change_the_batch_size(complete, smollm2, tmp_path):
     resumed = run_sweep(small_config(batch_size=3), folder, model=smollm2, progress=False)
     assert json.loads((folder / "sweep.json").read_text())["batch_size"] == 3
     for rid, rec in resumed.records.items():
-        assert rec["batch_size"] == (3 if rid in redo else 4), rid
-        assert rec["torch_threads"] >= 1
+        assert rec.batch_size == (3 if rid in redo else 4), rid
+        assert rec.torch_threads >= 1
     without = ("batch_size", "torch_threads", "loglikelihoods")
     assert {k: {f: v for f, v in r.items() if f not in without} for k, r in stable(resumed.records).items()} == \
         {k: {f: v for f, v in r.items() if f not in without} for k, r in stable(complete.records).items()}
     for rid in redo:
-        for a, b in zip(resumed.records[rid]["loglikelihoods"], complete.records[rid]["loglikelihoods"]):
+        for a, b in zip(resumed.records[rid].loglikelihoods, complete.records[rid].loglikelihoods):
             assert a == pytest.approx(b, rel=1e-6, abs=1e-5), rid
 
 

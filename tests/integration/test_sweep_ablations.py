@@ -20,7 +20,6 @@ import pytest
 import inactive_heads as ih
 from inactive_heads.reporting.report import format_table
 from inactive_heads.sweep.config import SweepConfig
-from inactive_heads.sweep.folder import VOLATILE_FIELDS
 from inactive_heads.sweep.run import run_sweep
 
 evaluate_module = importlib.import_module("inactive_heads.evaluation.evaluator")
@@ -51,16 +50,16 @@ def rid(results):
 def test_the_custom_run_equals_the_built_in_static_ablation_of_its_heads(results, rid, smollm2):
     rec = results.records[rid]
     assert rid.startswith("zero_listed_heads@")
-    assert rec["ablation"] == SPEC and rec["score"] == rid and rec["p"] is None and rec["threshold"] is None
-    assert rec["label"] == "zero_listed_heads(heads=[[0, 1], [4, 8], [17, 0], [29, 3]])"
+    assert rec.ablation == SPEC and rec.score == rid and rec.p is None and rec.threshold is None
+    assert rec.label == "zero_listed_heads(heads=[[0, 1], [4, 8], [17, 0], [29, 3]])"
     expected = ih.evaluate(smollm2, "mmlu", subjects=["abstract_algebra", "anatomy"], limit=3, num_fewshot=0,
                            batch_size=4, progress=False, ablation=ih.StaticAblation([tuple(h) for h in HEADS]))
-    assert rec["loglikelihoods"] == expected.loglikelihoods
-    assert rec["loglikelihoods"] != results.records["baseline"]["loglikelihoods"]  # the heads matter
-    assert rec["realized_fraction"] == pytest.approx(len(HEADS) / (30 * 9), abs=1e-12)
+    assert rec.loglikelihoods == expected.loglikelihoods
+    assert rec.loglikelihoods != results.records["baseline"].loglikelihoods  # the heads matter
+    assert rec.realized_fraction == pytest.approx(len(HEADS) / (30 * 9), abs=1e-12)
     # written to the folder by its spec: sweep.json keeps the list, and the spec rebuilds the kind
     assert json.loads((results.path / "sweep.json").read_text())["ablations"] == [SPEC]
-    assert ih.ablation_from_spec(rec["ablation"]).heads == HEADS
+    assert ih.ablation_from_spec(rec.ablation).heads == HEADS
 
 
 def test_it_is_one_point_beside_the_curves(results, rid):
@@ -68,7 +67,7 @@ def test_it_is_one_point_beside_the_curves(results, rid):
     assert rid not in set(results.table()["score"])  # no curve, so no AUC
     frame = ih.load_results(results.path).set_index("run_id")
     assert frame.loc[rid, "score"] == rid and math.isnan(frame.loc[rid, "p"])
-    assert frame.loc[rid, "accuracy_percent"] == results.records[rid]["accuracy_percent"]
+    assert frame.loc[rid, "accuracy_percent"] == results.records[rid].accuracy_percent
     text = format_table(results)
     section = text[text.index("fixed ablations"):]
     assert rid in section and "zero_listed_heads(heads=" in section
@@ -88,8 +87,8 @@ def test_a_resume_skips_the_finished_custom_run(results, rid, smollm2, monkeypat
     resumed = run_sweep(config(), results.path, model=smollm2, progress=False)
     assert calls == []
     assert (results.path / "runs" / f"{rid}.json").stat().st_mtime_ns == before
-    assert {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in resumed.records.items()} == \
-        {k: {f: v for f, v in r.items() if f not in VOLATILE_FIELDS} for k, r in results.records.items()}
+    assert {k: r.without_volatile() for k, r in resumed.records.items()} == \
+        {k: r.without_volatile() for k, r in results.records.items()}
 
 
 def test_a_machine_without_the_users_module_reads_the_folder(results, rid, tmp_path):

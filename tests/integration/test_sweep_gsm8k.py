@@ -40,19 +40,19 @@ def test_thresholds_come_from_the_prompts_scores(sweep, smollm2):
 def test_every_run_equals_evaluate_with_the_same_ablation_and_mode(sweep, smollm2):
     decision, results = sweep
     assert results.is_complete and results.config.decision == decision
-    assert "reused_from" not in results.records["ahon_ln@p=0.0"]  # generation runs always run
+    assert results.records["ahon_ln@p=0.0"].reused_from is None  # generation runs always run
     for rid in ("baseline", "ahon_ln@p=0.2"):
         rec = results.records[rid]
-        assert rec["decision"] == decision and rec["n"] == LIMIT
-        ablation = None if rec["score"] is None else ih.DynamicAblation("ahon_ln", rec["threshold"])
+        assert rec.decision == decision and rec.n == LIMIT
+        ablation = None if rec.score is None else ih.DynamicAblation("ahon_ln", rec.threshold)
         direct = ih.evaluate(smollm2, "gsm8k", ablation=ablation, decision=decision, limit=LIMIT,
                              num_fewshot=SHOTS, max_gen_toks=NEW, batch_size=3, progress=False)
-        assert rec["generations"] == direct.generations
-        assert rec["correct"] == direct.correct and rec["correct_flexible"] == direct.correct_flexible
-        assert [a["strict-match"] for a in rec["answers"]] == [a["strict-match"] for a in direct.answers]
-        assert rec["realized_fraction"] == pytest.approx(direct.realized_fraction, abs=1e-12)
-    assert results.records["ahon_ln@p=0.2"]["realized_fraction"] > 0
-    assert results.records["baseline"]["realized_fraction"] == 0.0
+        assert rec.generations == direct.generations
+        assert rec.correct == direct.correct and rec.correct_flexible == direct.correct_flexible
+        assert [a["strict-match"] for a in rec.answers] == [a["strict-match"] for a in direct.answers]
+        assert rec.realized_fraction == pytest.approx(direct.realized_fraction, abs=1e-12)
+    assert results.records["ahon_ln@p=0.2"].realized_fraction > 0
+    assert results.records["baseline"].realized_fraction == 0.0
 
 
 def test_the_table_and_the_questions(sweep):

@@ -25,17 +25,17 @@ def results(smollm2, tmp_path_factory):
 def test_static_runs_zero_their_set_of_27_heads(results):
     for key in ("ahon_ln", "awft"):
         rec = results.records[f"{key}@static@p=0.1"]
-        assert len(rec["static_heads"]) == 27  # round(0.1 x 30 layers x 9 heads)
-        assert rec["realized_fraction"] == pytest.approx(27 / 270, abs=1e-12)  # every sequence, the same 27
-        assert rec["label"] == f"{ih.get_score(key).label}, static"
-        assert rec["ablation"]["kind"] == "static" and rec["n"] == LIMIT
-        assert rec["oracle_savings"]["query_heads_pct"] == pytest.approx(10.0, abs=1e-9)  # 27 of 270 heads
+        assert len(rec.static_heads) == 27  # round(0.1 x 30 layers x 9 heads)
+        assert rec.realized_fraction == pytest.approx(27 / 270, abs=1e-12)  # every sequence, the same 27
+        assert rec.label == f"{ih.get_score(key).label}, static"
+        assert rec.ablation["kind"] == "static" and rec.n == LIMIT
+        assert rec.oracle_savings["query_heads_pct"] == pytest.approx(10.0, abs=1e-9)  # 27 of 270 heads
         # SmolLM2: 3 KV heads of 3 query heads each per layer; a KV head goes when its 3 query heads do.
         groups = {}
-        for layer, head in rec["static_heads"]:
+        for layer, head in rec.static_heads:
             groups.setdefault((layer, head // 3), []).append(head)
         whole = sum(len(g) == 3 for g in groups.values())
-        assert rec["oracle_savings"]["kv_heads_pct"] == pytest.approx(100 * whole / 90, abs=1e-9)
+        assert rec.oracle_savings["kv_heads_pct"] == pytest.approx(100 * whole / 90, abs=1e-9)
     assert "ahon_ln@static@p=0.0" not in results.records  # p = 0 is no set
 
 
@@ -49,7 +49,7 @@ def test_the_sets_are_chosen_on_the_calibration_questions_only(results, smollm2)
     assert torch.allclose(torch.sort(mine.flatten()).values, torch.sort(stored["awft"].flatten()).values, atol=1e-5)
     sets = json.loads((results.path / "static_heads.json").read_text())
     assert ih.HeadSet.from_dict(sets["awft@static@p=0.1"]).heads == tuple(
-        tuple(h) for h in results.records["awft@static@p=0.1"]["static_heads"])
+        tuple(h) for h in results.records["awft@static@p=0.1"].static_heads)
 
 
 def test_static_and_dynamic_side_by_side(results):

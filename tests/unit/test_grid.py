@@ -28,7 +28,7 @@ def test_compare_table_agrees_with_each_folders_summary(tmp_path):
     for folder, row in zip(folders, table.itertuples(index=False)):
         results = SweepResults.load(folder)
         own = summary_table(results).set_index("score")  # the single-sweep table: another code path
-        assert row.baseline_pct == pytest.approx(results.records["baseline"]["accuracy_percent"])
+        assert row.baseline_pct == pytest.approx(results.records["baseline"].accuracy_percent)
         assert row.baseline_low <= row.baseline_pct <= row.baseline_high
         assert row.awft_max_pct == pytest.approx(own.loc["awft", "max_pct_within"])
         others = own.drop(index="awft")["max_pct_within"]

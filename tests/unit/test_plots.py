@@ -200,12 +200,12 @@ def test_iou_heatmap():
 
 def test_realized_by_layer(sweep):
     fig = plots.realized_by_layer(sweep, "awft")
-    records = sorted((r for r in sweep.records.values() if r["score"] == "awft"), key=lambda r: r["p"])
+    records = sorted((r for r in sweep.records.values() if r.score == "awft"), key=lambda r: r.p)
     assert len(fig.data) == len(records) == 7
     for trace, rec in zip(fig.data, records):
-        np.testing.assert_allclose(trace.y, [100 * f for f in rec["realized_fraction_per_layer"]])
+        np.testing.assert_allclose(trace.y, [100 * f for f in rec.realized_fraction_per_layer])
         assert list(trace.x) == list(range(4))
-        assert trace.name.startswith(f"p = {rec['p']:.0%}")
+        assert trace.name.startswith(f"p = {rec.p:.0%}")
     assert fig.layout.xaxis.title.text == "layer"
     assert fig.layout.yaxis.title.text == "% of heads zeroed"
     with pytest.raises(ValueError, match="not part of this sweep"):

@@ -34,8 +34,8 @@ def test_a_folder_of_format_1_still_opens(old_folder):
     assert results.is_complete
     # runs/awft@p=0.3.json: 4 of 6 right, a third of the heads zeroed
     awft = results.records["awft@p=0.3"]
-    assert awft["correct"] == [True, False, True, True, False, True]
-    assert awft["realized_percent"] == pytest.approx(100 / 3)
+    assert awft.correct == [True, False, True, True, False, True]
+    assert awft.realized_percent == pytest.approx(100 / 3)
     assert len(load_results(old_folder)) == 7
     assert "AWFT" in format_table(results)
     assert write_report(old_folder).is_file()
@@ -66,15 +66,15 @@ def test_new_folders_and_records_carry_the_format_and_a_newer_one_is_one_line(ol
     new = tmp_path / "new"
     new.mkdir()
     prepare_folder(config, new)
-    assert json.loads((new / "sweep.json").read_text())["format_version"] == RESULTS_FORMAT == 2
+    assert json.loads((new / "sweep.json").read_text())["format_version"] == RESULTS_FORMAT == 3
     stored = json.loads((new / "sweep.json").read_text())
     stored["format_version"] = 99
     (new / "sweep.json").write_text(json.dumps(stored))
-    with pytest.raises(UserError, match=r"results format 99; this inactive-heads reads formats up to 2: "
+    with pytest.raises(UserError, match=r"results format 99; this inactive-heads reads formats up to 3: "
                                         r"upgrade inactive-heads"):
         SweepResults.load(new)
     record = json.loads((old_folder / "runs" / "baseline.json").read_text())
-    record["format_version"] = 3
+    record["format_version"] = 4
     (old_folder / "runs" / "baseline.json").write_text(json.dumps(record))
-    with pytest.raises(UserError, match=r"baseline.json' is in results format 3"):
+    with pytest.raises(UserError, match=r"baseline.json' is in results format 4"):
         SweepResults.load(old_folder)

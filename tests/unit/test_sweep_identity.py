@@ -23,7 +23,9 @@ def config(**overrides):
 
 def write_record(out, rid, dtype, device):
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    (out / "runs" / f"{rid}.json").write_text(json.dumps({"run_id": rid, "dtype": dtype, "device": device}))
+    score, p = (None, None) if rid == "baseline" else (rid.split("@p=")[0], float(rid.split("@p=")[1]))
+    (out / "runs" / f"{rid}.json").write_text(json.dumps({"run_id": rid, "score": score, "p": p, "dtype": dtype,
+                                                          "device": device}))
 
 
 def test_sweep_json_stores_the_resolved_dtype_and_the_device_type(tmp_path):
@@ -31,7 +33,10 @@ def test_sweep_json_stores_the_resolved_dtype_and_the_device_type(tmp_path):
     prepare_folder(wanted.resolved(dtype="bfloat16", device="cuda:1"), tmp_path)
     stored = json.loads((tmp_path / "sweep.json").read_text())
     assert (stored["dtype"], stored["device"]) == ("bfloat16", "cuda")
-    assert stored.pop("format_version") == 2
+    assert stored.pop("format_version") == 3
+    assert stored.pop("score_info") == {"ahon_ln": {"label": "AHON (LN)", "direction": "below",
+                                                    "reads": ["z"]},
+                                        "random": {"label": "Random", "direction": "below", "reads": []}}
     assert SweepConfig.from_dict(stored) == config(dtype="bfloat16", device="cuda")
     with pytest.raises(ValueError, match="needs a resolved config"):
         prepare_folder(config(dtype="auto", device="cpu"), tmp_path / "other")

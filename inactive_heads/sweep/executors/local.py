@@ -10,7 +10,7 @@ from ...core.io import write_json_atomic
 from ...scoring.calibration import Thresholds
 from ...scoring.scores import STATIC_SUFFIX
 from ..config import SweepConfig, ablation_for, run_id, run_threshold
-from ..folder import STATIC_HEADS_FILE, STATIC_SCORES_FILE, make_record, record_path
+from ..folder import STATIC_HEADS_FILE, STATIC_SCORES_FILE, make_record, write_record
 from ..passes import (
     calibration_plan,
     check_model_matches,
@@ -47,8 +47,7 @@ class LocalExecutor:
         result = evaluate_run(config, model, plan, None, progress=self.progress,
                               record=list(config.scores) if scores else None)
         if record:
-            write_json_atomic(record_path(self.out, BASELINE),
-                              make_record(config, BASELINE, None, None, None, result, plan, model))
+            write_record(self.out, make_record(config, BASELINE, None, None, None, result, plan, model))
         return result.head_scores if scores else None
 
     def runs(self, todo: list[tuple[str, str, float | None]], thresholds: dict[str, Thresholds]) -> None:
@@ -62,7 +61,7 @@ class LocalExecutor:
             heads = static_sets.get(rid)
             tau = heads.threshold if heads is not None else run_threshold(thresholds, key, q)
             result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=self.progress)
-            write_json_atomic(record_path(out, rid), make_record(config, rid, key, q, tau, result, plan, model, heads))
+            write_record(out, make_record(config, rid, key, q, tau, result, plan, model, heads))
             bar.update(1)
         bar.close()
 

@@ -52,7 +52,8 @@ from ...core.errors import UserError
 from ...core.io import write_json_atomic
 from ...scoring.calibration import Thresholds
 from ..config import SweepConfig, ablation_for, device_type, run_threshold
-from ..folder import make_record, record_path
+from ..folder import make_record, record_path, write_record
+from ..record import RunRecord
 from ..passes import evaluate_run, load_model_for, plan_for, scores_description, sweep_inputs
 
 MAX_RESTARTS = 3
@@ -141,7 +142,7 @@ class Worker:
         return out, result
 
     def assemble(self, rid: str, key: str | None, q: float | None, tau: float | None,
-                 shards: list[dict[str, Any]]) -> dict[str, Any]:
+                 shards: list[dict[str, Any]]) -> RunRecord:
         """The run record from its shards, through the evaluator's own summary step."""
         from ...evaluation.evaluator import summarize
         from ...models.loading import model_info
@@ -164,7 +165,7 @@ class Worker:
         return make_record(self.config, rid, key, q, tau, result, self.plan, self.model)
 
     def _assemble_generation(self, rid: str, key: str | None, q: float | None, tau: float | None,
-                             shards: list[dict[str, Any]]) -> dict[str, Any]:
+                             shards: list[dict[str, Any]]) -> RunRecord:
         """A generation run's record from its shards: the merged counts, and in prompt mode the
         savings of every question's held heads (the local executor's own computation)."""
         import torch
@@ -511,7 +512,7 @@ def _assemble_if_complete(ray, out: Path, rid: str, run, parts: dict[int, dict],
         return
     key, q, tau = run
     record = ray.get(actor.assemble.remote(rid, key, q, tau, [parts[k] for k in range(n_shards)]))
-    write_json_atomic(record_path(out, rid), record)
+    write_record(out, record)
 
 
 __all__ = ["RayExecutor", "Worker", "merge_generation_shards", "pool_size", "shard_layout"]
