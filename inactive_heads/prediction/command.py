@@ -8,7 +8,8 @@ decides the heads it holds while generating.
 built for fit + limit questions; the fit's questions are left out by identity) and prints, per
 predictor, per-layer precision and recall against the oracle with the realized fractions. Each
 run's record goes to ``DIR/eval.runs.json`` as it ends; an eval of the same setup that is started
-again takes the runs finished there (``--fresh`` runs them all again). Both hold the folder's
+again takes the runs finished there; a record of another setup is refused, as a sweep's folder is
+(``--fresh`` replaces it and runs them all again). Both hold the folder's
 :class:`~inactive_heads.core.lock.FolderLock` while they write: a second fit or eval on it stops.
 """
 
@@ -64,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
                     help="also run each predictor with the group-level rule: a KV group at least F of whose "
                     "query heads are held is held whole (e.g. 0.5)")
     ev.add_argument("--fresh", action="store_true",
-                    help=f"run every run again, not taking the finished ones of an earlier eval of the same setup "
-                    f"from DIR/{RUNS_FILE}")
+                    help=f"run every run again, replacing DIR/{RUNS_FILE} (the finished runs of an earlier eval "
+                    "of the same setup, or of another setup, which is refused otherwise)")
     ev.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
 
 

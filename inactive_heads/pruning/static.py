@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from ..core.checks import check_heads, check_int, check_path, head_pairs  # noqa: F401 (check_heads: re-exported)
 from ..core.errors import MissingFileError, UserError
@@ -126,6 +128,19 @@ def check_fraction(fraction: Real) -> float:
     return float(fraction)
 
 
+def inactive_order(primary: Float[Tensor, " n"], inactive_first: Float[Tensor, " n"]) -> Int[Tensor, " n"]:
+    """Flat (layer · n_heads + head) indices, most inactive first: by ``primary`` ascending, ties by
+    ``inactive_first`` (the mean score, signed so that ascending is more inactive), then by (layer,
+    head) (a lexsort: stable sorts, last key first). The ranking rule of every static set.
+
+    >>> inactive_order(torch.tensor([0.0, -1.0, 0.0, -1.0]), torch.tensor([5.0, 2.0, 1.0, 2.0])).tolist()
+    [1, 3, 2, 0]
+    """
+    order = torch.arange(primary.numel())
+    order = order[torch.sort(inactive_first[order], stable=True).indices]
+    return order[torch.sort(primary[order], stable=True).indices]
+
+
 def static_heads(
     head_scores: ScoresLike,
     key: str,
@@ -168,11 +183,7 @@ def static_heads(
         threshold = calibrate(t, key, [fraction], direction=direction).values[0]
         rate = flag_inactive(t, threshold, direction).double().mean(dim=0).flatten()
         primary = -rate
-    # lexsort: primary, then the mean score, then the (layer, head) order (stable sorts, last key first)
-    order = torch.arange(n_layers * n_heads)
-    order = order[torch.sort(inactive_first[order], stable=True).indices]
-    order = order[torch.sort(primary[order], stable=True).indices]
-    chosen = order[:k].tolist()
+    chosen = inactive_order(primary, inactive_first)[:k].tolist()
     heads = tuple((i // n_heads, i % n_heads) for i in chosen)
     meta = getattr(head_scores, "metadata", {}) or {}
     return HeadSet(heads, n_layers, n_heads, key=key, rule=rule, fraction=fraction, threshold=threshold,

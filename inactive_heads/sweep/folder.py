@@ -37,6 +37,7 @@ from typing import Any
 from ..analysis.tables import BASELINE
 from ..core.errors import UserError
 from ..core.io import write_json_atomic
+from ..core.resume import check_same_setup, differing_keys
 from ..scoring.calibration import Thresholds
 from .config import SweepConfig, ablation_for, device_type, run_id, run_label, thresholds_for
 from .record import RESULTS_FORMAT, VOLATILE_FIELDS, RunRecord, ScoreInfo, check_format, now  # noqa: F401
@@ -128,11 +129,9 @@ def check_folder(config: SweepConfig, out: Path) -> None:
     for key, unresolved in (("dtype", "auto"), ("device", None)):
         if unresolved in (have[key], want[key]):
             del have[key], want[key]
-    differing = sorted(k for k in have if have[k] != want[k])
-    other = [k for k in differing if k not in ("dtype", "device")]
-    if other:
-        raise UserError(f"'{out}' holds a different sweep (differs in {', '.join(other)}); "
-                        "use another --out folder or delete it")
+    check_same_setup(out, have, want, what="sweep", fix="use another --out folder or delete it",
+                     ignore=("dtype", "device"))
+    differing = differing_keys(have, want)
     if differing:
         here = config.dtype + ("" if config.device is None else f" on {device_type(config.device)}")
         raise UserError(f"'{out}' was computed in {stored.dtype} on {stored.device}, this run would compute in "

@@ -271,12 +271,17 @@ def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monke
                      "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
 
 
-def most_flagged(counts, k):
-    """The static set by hand: a mask of the ``k`` (layer, head) pairs with the most flags (NumPy's
-    stable sort breaks ties by position)."""
+def most_flagged(counts, k, means):
+    """The static set by hand, by static_heads' rule: a mask of the ``k`` (layer, head) pairs with the
+    most flags, ties by the lower mean score (ahon_ln flags low scores), then by position."""
     chosen = np.zeros(counts.size, dtype=bool)
-    chosen[np.argsort(-counts, kind="stable")[:k]] = True
+    chosen[np.lexsort((np.arange(counts.size), means, -counts))[:k]] = True
     return chosen
+
+
+def flags_and_means(data):
+    """An oracle pass's per-(layer, head) flag counts and mean in-pass scores, flattened."""
+    return data.flags.sum(dim=0).flatten().numpy(), data.scores.double().mean(dim=0).flatten().numpy()
 
 
 def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny, tmp_path, monkeypatch, capsys):
@@ -298,10 +303,10 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
                                        "none"}
     assert printed.count("\nmean ") == 2
     # the static set against the oracle, by hand: the fit split's most-flagged pairs, held on every input
-    fit_counts = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
+    fit_counts, fit_means = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU))
     oracle = held.flags.flatten(1).numpy()
     k = result["static_set"]["n_heads"]
-    chosen = most_flagged(fit_counts, k)
+    chosen = most_flagged(fit_counts, k, fit_means)
     hits = (oracle & chosen).sum()
     static = result["static_set"]["vs_oracle"]["summary"]
     assert 0 < hits < oracle.sum()
@@ -336,10 +341,10 @@ def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, t
     result = json.loads((out / "eval.json").read_text())
     assert result["n_fit_questions_in_plan"] == 0 and result["n_heldout_questions"] == 8
     assert set(result["accuracy"]) == {"static", "random", "none"}
-    counts = fit_pass.flags.sum(dim=0).flatten().numpy()
+    counts, means = flags_and_means(fit_pass)
     held = collect_oracle(tiny, heldout, "ahon_ln", TAU).flags.flatten(1).numpy()
     k = result["static_set"]["n_heads"]
-    chosen = most_flagged(counts, k)
+    chosen = most_flagged(counts, k, means)
     hits = (held & chosen).sum()
     assert 0 < hits < held.sum() and result["static_set"]["ranked_by"] == "the fit's saved counts"
     assert result["static_set"]["vs_oracle"]["summary"]["micro_recall"] == pytest.approx(hits / held.sum())
@@ -379,15 +384,15 @@ def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(t
             chosen[layer * tiny.cfg.n_heads + head] = True
         return result["static_set"], chosen
 
-    full = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
-    part = collect_oracle(tiny, tiny_plan(sequences[8:16]), "ahon_ln", TAU).flags.sum(dim=0).flatten().numpy()
+    full = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU))
+    part = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[8:16]), "ahon_ln", TAU))
     capsys.readouterr()
     assert cli.main(argv) == 0
     assert "held on every input, ranked by the fit's saved counts)" in capsys.readouterr().out
     first, chosen = static_set()
     k = first["n_heads"]
-    assert k == chosen.sum() and (most_flagged(full, k) != most_flagged(part, k)).any()  # the two rankings differ
-    assert (chosen == most_flagged(full, k)).all() and first["ranked_by"] == "the fit's saved counts"
+    assert k == chosen.sum() and (most_flagged(full[0], k, full[1]) != most_flagged(part[0], k, part[1])).any()
+    assert (chosen == most_flagged(full[0], k, full[1])).all() and first["ranked_by"] == "the fit's saved counts"
 
     for folder in out.iterdir():  # a predictor from before the counts were saved: the part the plan holds
         if folder.is_dir():
@@ -398,7 +403,7 @@ def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(t
     assert cli.main(argv) == 0
     progress = capsys.readouterr().err
     second, chosen = static_set()
-    assert (chosen == most_flagged(part, k)).all()
+    assert (chosen == most_flagged(part[0], k, part[1])).all()
     assert second["ranked_by"] == "this plan's 8 of the 16 fit questions"
     assert "predict eval: running static" in progress  # another set than the finished run's
     assert "predict eval: none: accuracy" in progress and "running none" not in progress  # taken from the first
@@ -581,16 +586,24 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
     assert resumed == fresh  # what was taken from the file is what running it again gives
     assert len({run["realized_fraction"] for run in fresh["accuracy"].values()}) > 2  # the runs differ: a mix-up shows
 
-    # another setup: the group-level rule changes what a run is, so nothing is taken
-    passes[:] = []
-    assert cli.main([*evaluate_cmd, "--hold-groups", "0.5"]) == 0
-    assert len(passes) == 9 and "it differs in hold_groups" in capsys.readouterr().err
-    # a damaged record is said and replaced, never half-read
+    # another setup: the group-level rule changes what a run is; as a sweep's folder, the record is
+    # refused with one line naming what differs, before any pass, and left as it was
+    passes[:], before = [], (out / command.RUNS_FILE).read_bytes()
+    capsys.readouterr()
+    assert cli.main([*evaluate_cmd, "--hold-groups", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a different predict evaluation (differs in hold_groups)" in err[0]
+    assert passes == [] and (out / command.RUNS_FILE).read_bytes() == before
+    assert cli.main([*evaluate_cmd, "--hold-groups", "0.5", "--fresh"]) == 0 and len(passes) == 9
+    # a damaged record is refused too, never half-read; --fresh replaces it
     (out / command.RUNS_FILE).write_text('{"format": 1, "identity": [], "runs": {}}')
     passes[:] = []
-    assert cli.main(evaluate_cmd) == 0
-    assert len(passes) == 7 and "is not a record of finished runs" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(evaluate_cmd) == 2
+    assert passes == [] and "is not a record of finished predict eval runs" in capsys.readouterr().err
+    assert cli.main([*evaluate_cmd, "--fresh"]) == 0 and len(passes) == 7
     assert list(json.loads((out / command.RUNS_FILE).read_text())["runs"]) == list(fresh["accuracy"])
+    capsys.readouterr()
 
     # one writer at a time: an eval or a fit on a folder another eval holds stops before loading anything
     from inactive_heads.core.lock import FolderLock
@@ -606,3 +619,30 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
         assert "is in use by another predict eval" in capsys.readouterr().err
     assert passes == [] and (out / command.RUNS_FILE).read_bytes() == before
     assert not (out / ".lock").exists()  # and the evals above left none behind
+
+
+def test_the_static_set_breaks_a_tie_in_flag_counts_by_the_mean_score(tiny):
+    """A tie built by hand: (0, 1), (1, 3) and (2, 4) are each flagged on both fit inputs, and the
+    held-out realized fraction asks for 2 heads. static_heads' rule takes the lower mean ahon_ln
+    score first: (2, 4) (mean 0.1), then (1, 3) (0.2); not (0, 1) (0.3), which the (layer, head)
+    order alone would take first. From the fit's saved counts and means, the same set."""
+    from inactive_heads.prediction.oracle import OracleData, static_set
+
+    L, H = tiny.cfg.n_layers, tiny.cfg.n_heads
+    flags = torch.zeros(4, L, H, dtype=torch.bool)
+    scores = torch.ones(4, L, H)
+    for layer, head, mean in [(0, 1, 0.3), (1, 3, 0.2), (2, 4, 0.1)]:
+        flags[:2, layer, head] = True
+        scores[:2, layer, head] = mean
+    flags[2:, 0, :2] = True  # held out: 4 of 2 x 18 flags, a realized fraction of 2 heads in 18
+    data = OracleData(torch.zeros(4, L, 8), flags, ["a", "b", "c", "d"], [5, 5, 5, 5], None, scores)
+    keep = [False, False, True, True]
+    here, heads = static_set(tiny, data, keep, "ahon_ln", None, in_plan=2, n_fit=2)
+    assert heads == [(2, 4), (1, 3)] and here["heads"] == [[2, 4], [1, 3]]
+    assert here["ranked_by"] == "this plan's fit questions"
+    saved = {"oracle_flag_counts": flags[:2].sum(dim=0).tolist(), "oracle_score_means": scores[:2].mean(dim=0).tolist()}
+    from_fit, heads = static_set(tiny, data, keep, "ahon_ln", saved, in_plan=0, n_fit=2)
+    assert heads == [(2, 4), (1, 3)] and from_fit["ranked_by"] == "the fit's saved counts"
+    del saved["oracle_score_means"]  # a fit saved before the means were: ties by (layer, head), said so
+    older, heads = static_set(tiny, data, keep, "ahon_ln", saved, in_plan=0, n_fit=2)
+    assert heads == [(0, 1), (1, 3)] and older["ranked_by"] == "the fit's saved counts (ties by layer and head)"
