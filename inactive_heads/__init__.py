@@ -63,8 +63,8 @@ from .prediction import PredictedAblation, Predictor
 from .sweep.run import run_sweep
 from .sweep.config import SweepConfig
 from .sweep.results import SweepResults, load_results, sweep_results
-from .evaluation.tasks import TASKS, build_requests, load_docs
-from .evaluation.registry import TaskSpec, plan_for_task, task_spec
+from .evaluation.tasks import TASKS, Task, build_requests, load_docs, register_task, unregister_task
+from .evaluation.registry import TaskSpec, get_task, plan_for_task, task_spec
 from .evaluation.texts import lambada_passages, read_text_file
 
 __all__ = [
@@ -100,6 +100,7 @@ __all__ = [
     "SweepConfig",
     "SweepResults",
     "TASKS",
+    "Task",
     "TaskSpec",
     "Thresholds",
     "UnknownNameError",
@@ -137,6 +138,9 @@ __all__ = [
     "static_heads",
     "sweep_results",
     "task_spec",
+    "register_task",
+    "unregister_task",
+    "get_task",
     "unregister_ablation",
     "unregister_score",
     "zero_heads_hook",

@@ -174,9 +174,9 @@ def _add_device_arguments(group, *, dtypes, default_dtype: str) -> None:
 
 
 def _task_names(generation: bool = False) -> tuple[str, ...]:
-    from .evaluation.registry import BUILTIN_TASKS
+    from .evaluation.tasks import task_names
 
-    return tuple(name for name, spec in BUILTIN_TASKS.items() if generation or spec.kind != "generation")
+    return tuple(name for name in task_names() if generation or name not in task_names("generation"))
 
 
 def _task_name(text: str, generation: bool = False) -> str:

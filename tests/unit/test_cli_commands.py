@@ -66,7 +66,7 @@ def test_bad_options_give_one_line(capsys, argv, message):
     [
         (["sweep", "--out", "x", "--scores", "ahon_ln2"], "unknown score 'ahon_ln2'; known: awft"),
         (["sweep", "--out", "x", "--subjects", "anatomyy"], "unknown MMLU subject 'anatomyy'"),
-        (["sweep", "--out", "x", "--task", "piqa", "--subjects", "anatomy"], "subjects apply to MMLU only"),
+        (["sweep", "--out", "x", "--task", "piqa", "--subjects", "anatomy"], "subjects= applies to mmlu only, not to task 'piqa'"),
         (["sweep", "--out", "x", "--thresholds", "mine"], "thresholds must be 'calibrated' or 'official:<model>'"),
         (["report", "/nonexistent/folder"], "is not a sweep results folder"),
         (["calibrate", "/nonexistent/scores.pt"], "no head scores at"),

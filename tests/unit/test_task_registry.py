@@ -10,8 +10,8 @@ import pytest
 import inactive_heads as ih
 from inactive_heads.evaluation.evaluator import summarize
 from inactive_heads.evaluation.plan import EvalPlan, index_forward_inputs
-from inactive_heads.evaluation.registry import BUILTIN_TASKS, plan_for_task, task_spec
-from inactive_heads.evaluation.tasks import GENERATION_TASKS, TASKS, Choice, Request
+from inactive_heads.evaluation.registry import BUILTIN_TASKS, check_task_options, plan_for_task, task_spec
+from inactive_heads.evaluation.tasks import TASKS, Choice, Request, task_names
 
 EVERY_KIND = (r"known: mmlu, piqa, winogrande \(multiple choice\), gsm8k \(generation\), or lm-eval:<task> "
               r"\(an lm-eval multiple-choice task, e\.g\. lm-eval:arc_easy\)$")
@@ -22,7 +22,7 @@ STOCK_YAML = {"mmlu": "mmlu/default/_default_template_yaml", "piqa": "piqa/piqa.
 
 
 def test_every_builtin_task_is_registered_with_its_kind_and_few_shot_default():
-    assert set(BUILTIN_TASKS) == set(TASKS) | set(GENERATION_TASKS) == {"mmlu", "piqa", "winogrande", "gsm8k"}
+    assert set(BUILTIN_TASKS) == set(TASKS) | set(task_names("generation")) == {"mmlu", "piqa", "winogrande", "gsm8k"}
     # The paper's few-shot counts: MMLU, WinoGrande and GSM8K 5-shot, PIQA 0-shot.
     expected = {"mmlu": ("multiple_choice", 5), "piqa": ("multiple_choice", 0),
                 "winogrande": ("multiple_choice", 5), "gsm8k": ("generation", 5)}
@@ -116,11 +116,11 @@ def test_evaluate_refuses_options_beside_a_plan(option):
 def test_generation_and_lm_eval_tasks_refuse_builtin_options():
     with pytest.raises(ih.UserError, match=r"^gsm8k is a generation task: subjects and source apply"):
         plan_for_task(None, "gsm8k", source="x.jsonl")
-    task_spec("mmlu").check_options(subjects=["anatomy"], limit=2)  # fine for mmlu ...
+    check_task_options("mmlu", subjects=["anatomy"], limit=2)  # fine for mmlu ...
     with pytest.raises(ih.UserError, match=r"^subjects and source apply to the built-in tasks; lm-eval:mmlu takes"):
         plan_for_task(None, "lm-eval:mmlu", subjects=["anatomy"])  # ... not for an lm-eval task
     with pytest.raises(ih.UserError, match=r"^unknown MMLU subject 'algebra'"):
-        task_spec("mmlu").check_options(subjects=["algebra"])
+        check_task_options("mmlu", subjects=["algebra"])
 
 
 @pytest.fixture(scope="module")
