@@ -5,7 +5,8 @@ GSM8K (3 questions, 4 new tokens) in both decision modes: records and thresholds
 First, Ray started by the sweep itself (no cluster given): as many workers as this machine's CPUs
 allow, and a score registered in user code (tests/integration/ray_user_scores.py) reaches them
 through ``SweepConfig.imports``; it runs before any other test here starts Ray, and so does a
-sweep of an ablation kind registered in user code (tests/integration/user_ablation.py). Then one embedded
+sweep of an ablation kind registered in user code (tests/integration/user_ablation.py), and a sweep of
+a task registered in user code (tests/integration/user_task.py). Then one embedded
 Ray instance (2 CPUs) is shared by the rest of the module; Ray's start-up dominates the cost.
 Every Ray test is in this one file, so that two Ray instances never run at once; make test runs it
 alone, after the other files (which run in parallel processes)."""
@@ -27,6 +28,18 @@ from inactive_heads.sweep.run import run_sweep
 pytestmark = pytest.mark.slow  # minutes on 2 CPU cores (tests/conftest.py)
 
 ray = pytest.importorskip("ray")
+
+
+@pytest.fixture
+def user_task():
+    """The user task's module (tests/integration/user_task.py) imported, its task unregistered afterwards."""
+    import user_task as module
+
+    yield module
+    from inactive_heads import unregister_task
+
+    unregister_task(module.NAME)
+    sys.modules.pop("user_task", None)
 
 
 def tiny_config(**overrides):
@@ -118,6 +131,28 @@ def test_a_users_ablation_kind_on_ray_equals_the_local_sweep(smollm2, tmp_path):
     (rid,) = remote.ablation_keys
     assert remote.records[rid].ablation == spec and remote.records[rid].realized_fraction == 3 / 270
     assert remote.records[rid].loglikelihoods != remote.records["baseline"].loglikelihoods
+
+
+def test_a_user_task_on_ray_equals_the_local_sweep_and_the_hand_computation(user_task, tmp_path):
+    # The workers know the task only by importing its module (imports); a tiny Llama loaded by path.
+    from reference_user_task import outcomes_by_hand, tiny_llama_dir
+
+    assert not ray.is_initialized()
+    model_dir = tiny_llama_dir(tmp_path / "tiny")
+    config = SweepConfig(model=model_dir, task=user_task.NAME, scores=["ahon_ln"], quantiles=[0.0, 0.3],
+                         dtype="float32", batch_size=2, imports=["user_task"])
+    remote = run_sweep(config, tmp_path / "ray", executor="ray", workers=1, shards=2, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers run
+    try:
+        local = run_sweep(config, tmp_path / "local", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert stable(remote.records) == stable(local.records)
+    correct, correct_norm = outcomes_by_hand(model_dir, user_task.DOCS["test"])
+    assert remote.records["baseline"]["correct"] == correct
+    assert remote.records["baseline"]["correct_norm"] == correct_norm
+    assert remote.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
 
 
 @pytest.fixture(scope="module")
