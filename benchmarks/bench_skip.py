@@ -318,12 +318,13 @@ def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int, sync=l
 
     import torch
 
-    from inactive_heads.evaluation.generation import _CachedBridge, _CachedHooked, _HeldHeads, _left_padded
-    from inactive_heads.models.tl_line import is_hooked_transformer
+    from inactive_heads.evaluation.generation import _HeldHeads, _left_padded
     from inactive_heads.pruning.skipping import skipping
     from inactive_heads.runtime.hooks import installed, model_device
 
-    cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
+    from inactive_heads.runtime.lines import line_of
+
+    cached = line_of(model).cached_decoder(model)
     info_heads = (model.cfg.n_layers, model.cfg.n_heads)
     mask = held if held is not None else torch.zeros(info_heads, dtype=torch.bool)
     tokens, pad = _left_padded([prompt], [0])

@@ -57,7 +57,7 @@ def _run_models(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import json
 
     from .models.loading import cache_dir, describe_builtin_models
-    from .models.tl_line import check_supported, has_hooked_transformer
+    from .models.tl_line import check_supported, what_loads
 
     out = out or sys.stdout
     version = check_supported()
@@ -82,12 +82,7 @@ def _run_models(args: argparse.Namespace, out: TextIO | None = None) -> int:
         header=("alias", "official name", "installed", "converted", "GGUF MB", "backend"),
     )
     print(table, file=out)
-    if has_hooked_transformer():
-        line = ("the 3.9 line: a HookedTransformer where it builds the architecture faithfully, "
-                "else a TransformerBridge")
-    else:
-        line = "the 4 line: every model loads as a TransformerBridge (4.0 removed HookedTransformer)"
-    print(f"\nTransformerLens {version}, {line}.", file=out)
+    print(f"\nTransformerLens {version}, {what_loads()}.", file=out)
     print("backend: what load_model(backend='auto') builds, from the model's config.json:", file=out)
     for r in rows:
         print(f"  {r['alias']}: {r['backend']}, because {r['backend_reason']}", file=out)

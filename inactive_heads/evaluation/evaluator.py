@@ -20,10 +20,9 @@ from ..ablation.head_ablation import HeadAblation
 from ..analysis.bootstrap import Interval, accuracy_interval
 from ..runtime.fast_attention import FORMS, attention_form
 from ..runtime.hook_registry import installed
-from ..runtime.hooks import (HeadHookRunner, hf_head_logits, hf_head_logits_supported, make_batches, model_device,
-                             unembed_at)
+from ..runtime.hooks import HeadHookRunner, make_batches, model_device, unembed_at
+from ..runtime.lines import line_of
 from ..models.loading import model_info
-from ..models.tl_line import is_hooked_transformer
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import ScoreRecorder, scores_metadata, toolkit_version
 from ..scoring.scores import resolve_scores
@@ -132,19 +131,9 @@ class EvalResult:
 
 
 def _logits_at(model, tokens, valid, rows, positions):
-    """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch."""
-    mask = valid.long()
-    # A subclass (e.g. SAELens' HookedSAETransformer) takes the same path.
-    if hasattr(model, "unembed") and is_hooked_transformer(model):
-        resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
-        return unembed_at(model, resid, rows, positions)
-    if hf_head_logits_supported(model):
-        # The bridge's modules run (hooks fire) through Hugging Face's base model; the vocabulary
-        # projection then runs on the scored positions only, not on every position of the batch.
-        hf = model.original_model
-        hidden = hf.base_model(input_ids=tokens, attention_mask=mask, use_cache=False).last_hidden_state
-        return hf_head_logits(model, hidden[rows, positions])
-    return model(tokens, attention_mask=mask)[rows, positions]
+    """Logits at (row, position) pairs only: the unembedding runs on those rows, not the batch
+    (the line's rule, :meth:`~inactive_heads.runtime.lines.base.ModelLine.logits_at`)."""
+    return line_of(model).logits_at(model, tokens, valid, rows, positions)
 
 
 @dataclass

@@ -24,7 +24,6 @@ group is held (``2 · d_head · bytes`` per layer, KV head and token).
 
 import time
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,14 +38,10 @@ from ..analysis.bootstrap import Interval, accuracy_interval
 from ..core.checks import result_fields
 from ..core.errors import UserError, WrongTypeError
 from ..models.loading import model_info
-from ..models.tl_line import is_hooked_transformer
 from ..runtime.fast_attention import attention_form
-from ..runtime.gated_mlp import gated_mlps_without_copies
 from ..runtime.hooks import (
     HeadHookRunner,
     check_token_ids,
-    hf_head_logits,
-    hf_head_logits_supported,
     installed,
     make_batches,
     model_device,
@@ -54,6 +49,7 @@ from ..runtime.hooks import (
     unembed_at,
     zero_heads,
 )
+from ..runtime.lines import line_of
 from ..runtime.prefix import ReuseStats, SharedPrefix, group_by_prefix, supports_prefix_reuse
 from ..scoring.recording import toolkit_version
 from ..scoring.scores import GENERATION_STEP_SHIFT, generation_id
@@ -101,12 +97,7 @@ def _last_logits(model, tokens: Int[Tensor, "batch pos"], valid: Bool[Tensor, "b
     """Logits at each row's last real position of a right-padded batch (the exact attention form)."""
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     last = valid.sum(dim=1).to(tokens.device) - 1
-    if is_hooked_transformer(model):
-        mask = valid.to(dtype=torch.long, device=tokens.device)
-        with attention_form(model, "exact"):
-            resid = model(tokens, attention_mask=mask, stop_at_layer=model.cfg.n_layers)
-        return unembed_at(model, resid, rows, last)
-    return run_forward(model, tokens, valid)[rows, last]
+    return line_of(model).last_logits(model, tokens, valid, rows, last)
 
 
 class _Stopper:
@@ -359,7 +350,7 @@ def _held(model, prompts, abl, stopper, batch_size, bar, use_cache, prompt_ids: 
     from ..pruning.skipping import Decider
 
     info = model_info(model)
-    cached = use_cache and (is_hooked_transformer(model) or hf_head_logits_supported(model))
+    cached = use_cache and line_of(model).cached_decoder(model) is not None
     skipped = None
     if skip and not cached:
         raise UserError("skip=True needs a model with a cached decode (a HookedTransformer, or a bridge whose "
@@ -427,8 +418,9 @@ def _decode_uncached(model, prompts, generated: list[list[int]], stopper, batch_
 def _decode_cached(model, prompts, masks, held, stopper, batch_size, bar) -> list[list[int]]:
     """Held heads with a KV cache: batches of prompts left-padded and prefilled once, then one token
     per step; a finished row leaves the batch (and its cache rows). TransformerLens's cache on a
-    ``HookedTransformer`` (:class:`_CachedHooked`), Hugging Face's on a bridge (:class:`_CachedBridge`)."""
-    cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
+    ``HookedTransformer``, Hugging Face's on a bridge (the line's
+    :meth:`~inactive_heads.runtime.lines.base.ModelLine.cached_decoder`)."""
+    cached = line_of(model).cached_decoder(model)
     device = model_device(model)
     generated: list[list[int]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
@@ -518,7 +510,7 @@ def _skipped_batches(model, prompts, batches: list[list[int]], masks, stopper, b
 
     shape = model_shape(model)
     dtype = next(model.parameters()).dtype
-    cached = _CachedHooked if is_hooked_transformer(model) else _CachedBridge
+    cached = line_of(model).cached_decoder(model)
     device = model_device(model)
     generated: list[list[int]] = [[] for _ in prompts]
     figures = {"measured_prefill": 0, "predicted_prefill": 0, "measured_end": 0, "predicted_end": 0}
@@ -573,85 +565,6 @@ def _left_padded(prompts, rows: list[int]) -> tuple[Tensor, Tensor]:
         tokens[r, width - n:] = torch.tensor(prompts[i])
         mask[r, width - n:] = 1
     return tokens, mask
-
-
-class _CachedHooked:
-    """A batch of left-padded prompts decoded with TransformerLens's KV cache on a
-    ``HookedTransformer``: prefilled once, then one token per row per :meth:`step`; the
-    unembedding runs on the last position only. Use inside :meth:`forms` and
-    ``torch.inference_mode()``."""
-
-    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
-        from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-
-        self.model = model
-        self.cache = TransformerLensKeyValueCache.init_cache(model.cfg, tokens.device, tokens.shape[0])
-        self.logits = self._run(tokens, mask)
-
-    @staticmethod
-    @contextmanager
-    def forms(model):
-        """TransformerLens's own attention runs with a cache (the fast forward steps aside); its
-        gated MLPs keep their arithmetic without copying their weights at every step."""
-        with attention_form(model, "eager"), gated_mlps_without_copies(model):
-            yield
-
-    def _run(self, tokens: Tensor, mask: Tensor) -> Float[Tensor, "batch vocab"]:
-        resid = self.model(tokens, attention_mask=mask, past_kv_cache=self.cache,
-                           stop_at_layer=self.model.cfg.n_layers)
-        rows = torch.arange(tokens.shape[0], device=resid.device)
-        return unembed_at(self.model, resid, rows, torch.full_like(rows, resid.shape[1] - 1))
-
-    def keep(self, index: Int[Tensor, " kept"]) -> None:
-        """Only these rows go on (their cache rows kept, the others dropped)."""
-        index = index.to(self.cache.previous_attention_mask.device)
-        for entry in self.cache.entries:
-            entry.past_keys = entry.past_keys[index]
-            entry.past_values = entry.past_values[index]
-        self.cache.previous_attention_mask = self.cache.previous_attention_mask[index]
-
-    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
-        """Each row's next-token logits after appending its token."""
-        self.logits = self._run(tokens[:, None], torch.ones_like(tokens)[:, None])
-        return self.logits
-
-
-class _CachedBridge:
-    """A batch of left-padded prompts decoded with Hugging Face's KV cache on a ``TransformerBridge``:
-    prefilled once through the bridge's Hugging Face base model (the bridge's modules and hooks run
-    inside it; positions from the mask, as Hugging Face's ``generate`` gives them), then one token
-    per row per :meth:`step`; only the last position is projected to the vocabulary. Use inside
-    :meth:`forms` and ``torch.inference_mode()``."""
-
-    def __init__(self, model, tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]):
-        from transformers import DynamicCache
-
-        self.model, self.base = model, model.original_model.base_model
-        self.cache = DynamicCache(config=model.original_model.config)
-        self.mask = mask
-        self.logits = self._run(tokens, (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 1))
-
-    @staticmethod
-    def forms(model):
-        """The exact form: the bridge's arithmetic, as the uncached path runs it."""
-        return attention_form(model, "exact")
-
-    def _run(self, tokens: Tensor, positions: Tensor) -> Float[Tensor, "batch vocab"]:
-        hidden = self.base(input_ids=tokens, attention_mask=self.mask, position_ids=positions,
-                           past_key_values=self.cache, use_cache=True).last_hidden_state
-        return hf_head_logits(self.model, hidden[:, -1])
-
-    def keep(self, index: Int[Tensor, " kept"]) -> None:
-        """Only these rows go on (their cache rows kept, the others dropped)."""
-        self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
-
-    def step(self, tokens: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
-        """Each row's next-token logits after appending its token."""
-        positions = self.mask.sum(dim=1, keepdim=True)  # the next real position of each row
-        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
-        self.logits = self._run(tokens[:, None], positions)
-        return self.logits
 
 
 def held_savings(model, prompts: Sequence[Sequence[int]], masks: Bool[Tensor, "prompt layer head"],

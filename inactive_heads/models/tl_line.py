@@ -65,6 +65,14 @@ def line() -> str:
     return "3.9" if has_hooked_transformer() else "4"
 
 
+def what_loads() -> str:
+    """The installed line, and which class a model loads as on it (one phrase, for ``models``)."""
+    if has_hooked_transformer():
+        return ("the 3.9 line: a HookedTransformer where it builds the architecture faithfully, "
+                "else a TransformerBridge")
+    return "the 4 line: every model loads as a TransformerBridge (4.0 removed HookedTransformer)"
+
+
 def is_hooked_transformer(model) -> bool:
     """True for a ``HookedTransformer`` (or a subclass such as SAELens' ``HookedSAETransformer``).
 

@@ -50,13 +50,11 @@ from torch import Tensor
 
 from ..core.errors import UserError
 from ..models.architectures import model_types_with
-from ..models.tl_line import is_bridge, is_hooked_transformer
+from ..models.tl_line import is_bridge
 from ..runtime.bridge_attention import _inputs as _bridge_inputs
-from ..runtime.bridge_attention import unsupported_reason as _bridge_attention_reason
 from ..runtime.fast_attention import fast_attention
-from ..runtime.fast_attention import unsupported_reason as _hooked_reason
 from ..runtime.gated_mlp import swapped_forwards
-from ..runtime.layer_stack import bridge_unsupported_reason as _bridge_stack_reason
+from ..runtime.lines import line_of
 
 RULES = ("auto", "skip", "dense")
 """How a layer runs: by the cost rule (:func:`choose`), always skipped, always dense with zeroing."""
@@ -81,23 +79,9 @@ class Decider(Protocol):
 
 
 def unsupported_reason(model) -> str | None:
-    """Why :func:`skipping` cannot run on ``model`` (None: it can)."""
-    if is_hooked_transformer(model):
-        reason = _hooked_reason(model)
-        if reason is not None:
-            return reason
-        cfg = model.cfg
-        arch = getattr(cfg, "original_architecture", None)
-        if cfg.positional_embedding_type != "rotary":
-            return "its positions are not rotary"
-        if arch is not None and arch not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"):
-            return f"it is a {arch}"
-        if getattr(cfg, "window_size", None):
-            return "it uses sliding-window attention"
-        return None
-    if is_bridge(model):
-        return _bridge_stack_reason(model) or _bridge_attention_reason(model)
-    return f"it is a {type(model).__name__}, not a HookedTransformer or TransformerBridge"
+    """Why :func:`skipping` cannot run on ``model`` (None: it can): its line's answer
+    (:meth:`~inactive_heads.runtime.lines.base.ModelLine.skip_unsupported`)."""
+    return line_of(model).skip_unsupported(model)
 
 
 def check_supported(model) -> None:
@@ -135,28 +119,7 @@ def _layer_weights(model, layer: int) -> dict[str, Tensor | None]:
     """A layer's projections per head: ``q [head, d_head, d_model]``, ``k``/``v [kv_head, d_head,
     d_model]``, biases ``[head or kv_head, d_head]`` (or None), ``o [d_model, head, d_head]``,
     ``b_o [d_model]`` (or None)."""
-    if is_hooked_transformer(model):
-        attn = model.blocks[layer].attn
-        w_k = getattr(attn, "_W_K", None)
-        grouped = w_k is not None
-        w_k, b_k = (attn._W_K, attn._b_K) if grouped else (attn.W_K, attn.b_K)
-        w_v, b_v = (attn._W_V, attn._b_V) if grouped else (attn.W_V, attn.b_V)
-        return {"q": attn.W_Q.transpose(1, 2), "b_q": attn.b_Q, "k": w_k.transpose(1, 2), "b_k": b_k,
-                "v": w_v.transpose(1, 2), "b_v": b_v, "o": attn.W_O.permute(2, 0, 1), "b_o": attn.b_O}
-    hf = model.blocks[layer].attn.original_component
-    d = hf.head_dim
-
-    def per_head(linear):
-        w = linear.weight
-        b = linear.bias
-        return w.view(-1, d, w.shape[-1]), None if b is None else b.view(-1, d)
-
-    q, b_q = per_head(hf.q_proj)
-    k, b_k = per_head(hf.k_proj)
-    v, b_v = per_head(hf.v_proj)
-    o = hf.o_proj.weight
-    return {"q": q, "b_q": b_q, "k": k, "b_k": b_k, "v": v, "b_v": b_v, "o": o.view(o.shape[0], -1, d),
-            "b_o": hf.o_proj.bias}
+    return line_of(model).skip_weights(model, layer)
 
 
 def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _Packed:
@@ -333,31 +296,9 @@ def skipping(model, held: Bool[Tensor, "batch layer head"] | None = None, *, dec
         forwards[block.attn] = _bind(attention, block.attn, state, layer)
         if decider is not None:
             forwards[block] = _recorder(block, state, layer)
-    with torch.no_grad(), fast_attention(model), swapped_forwards(forwards), _cache_offset(model):
+    line = line_of(model)
+    with torch.no_grad(), fast_attention(model), swapped_forwards(forwards), line.skip_cache_offset(model):
         yield state
-
-
-@contextmanager
-def _cache_offset(model):
-    """On a ``HookedTransformer``, the cache's position offset read without its check that the
-    cache holds every KV head (a skipping cache holds only the kept ones)."""
-    if not is_hooked_transformer(model):
-        yield
-        return
-
-    def get_pos_offset(past_kv_cache, batch_size):
-        if past_kv_cache is None:
-            return 0
-        keys = past_kv_cache[0].past_keys
-        if keys.shape[0] != batch_size:
-            raise RuntimeError(f"the KV cache has {keys.shape[0]} rows, the batch {batch_size}")
-        return keys.shape[1]
-
-    object.__setattr__(model, "get_pos_offset", get_pos_offset)
-    try:
-        yield
-    finally:
-        model.__dict__.pop("get_pos_offset", None)
 
 
 def _bind(forward, module, state: SkipState, layer: int):
@@ -600,9 +541,7 @@ def skip_logits(model, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Ten
     mask = held_mask(model, held, b) if decider is None else None
     with skipping(model, mask, decider=decider, rule=rule) as state:
         state.attention_mask = attention_mask
-        # A bridge's forward would fill a Hugging Face cache it then throws away (one per batch,
-        # so rows holding different heads could not share it): none is made.
-        extra = {"use_cache": False} if is_bridge(model) else {}
+        extra = line_of(model).skip_forward_kwargs()
         if attention_mask is None:
             return model(tokens, **extra)
         return model(tokens, attention_mask=attention_mask, **extra)

@@ -35,7 +35,6 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from ..models.tl_line import is_bridge
 from .grouped import grouped_scores, in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
@@ -53,7 +52,7 @@ def unsupported_reason(model) -> str | None:
     ``TransformerBridge`` whose every attention module is a ``PositionEmbeddingsAttentionBridge``
     with only ``q``, ``k``, ``v`` and ``o`` (no Q/K norms, no gates), causal, outside compatibility
     mode, with none of the flags and attributes above."""
-    if not is_bridge(model) or not hasattr(model, "blocks"):
+    if not hasattr(model, "blocks"):
         return f"{type(model).__name__} is not a TransformerBridge"
     from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
         PositionEmbeddingsAttentionBridge,

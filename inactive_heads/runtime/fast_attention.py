@@ -41,7 +41,6 @@ rounding (≤1e-4 on logits in fp32). A nested block must use the same form. Lea
 restores the modules; other models are never touched.
 """
 
-import dataclasses
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,95 +53,21 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..core.errors import UserError
-from ..models.architectures import by_class
-from ..models.tl_line import has_hooked_transformer, is_bridge, is_hooked_transformer
-from .bridge_attention import bridge_forward
-from .bridge_attention import unsupported_reason as bridge_unsupported_reason
-from .gated_mlp import exact_forward, fused_forward, plain_gated_mlp, swapped_forwards
+from .gated_mlp import exact_forward, fused_forward, swapped_forwards
 from .grouped import grouped_scores, in_row_blocks, weighted
 from .hook_registry import hooked as _hooked
 from .hook_registry import only_read_only as _read_only
 from .hook_registry import read_only  # noqa: F401  (the mark the toolkit's hooks carry; re-exported)
-
-# ----------------------------------------------------------------------------------------------
-# What the fast forward supports: an allow-list of TransformerLens configurations
-
-# Config fields the fast forward handles, each with the values it supports. Everything it computes
-# itself (the mask, the softmax, z, W_O) is only right for these; q/k/v, QK norm and rotary
-# (including partial rotary and the NTK/YaRN tables) come from TransformerLens's own methods.
-_ALLOWED = {
-    "positional_embedding_type": lambda v: v in ("standard", "rotary"),
-    "attention_dir": lambda v: v == "causal",
-    "use_attn_result": lambda v: v is False,
-    "load_in_4bit": lambda v: v is False,
-    "quantization_method": lambda v: v is None,
-    "use_attention_sinks": lambda v: v is False,
-    "use_logn_attn": lambda v: v is False,
-    "use_dynamic_ntk_rope": lambda v: v is False,
-    "use_local_attn": lambda v: v is False,
-    "attn_types": lambda v: v is None or all(t == "global" for t in v),
-    "clip_qkv": lambda v: v is None,
-    "attn_scores_soft_cap": lambda v: v is None or v <= 0,
-    # OLMo's QK norm acts on the whole projected vector, outside calculate_qkv_matrices.
-    "original_architecture": lambda v: not by_class(v).qk_norm,
-}
-
-# Config fields that do not change what an attention module (or a plain gated MLP) computes from
-# its inputs, or that change it only through TransformerLens's own methods the fast forward calls.
-_NEUTRAL = frozenset({
-    "d_model", "d_head", "n_layers", "n_ctx", "n_heads", "d_mlp", "d_vocab", "device", "use_split_qkv_input",
-    "default_prepend_bos", "n_key_value_heads", "attn_only", "gated_mlp", "uses_rms_norm", "eps",
-    "layer_norm_folding", "act_fn", "normalization_type", "num_experts", "experts_per_token", "final_rms",
-    "dtype", "model_name", "use_attn_scale", "attn_scale", "use_hook_mlp_in", "use_attn_in", "use_qk_norm",
-    "train_seq_length", "ungroup_grouped_query_attention", "from_checkpoint", "checkpoint_index",
-    "checkpoint_label_type", "checkpoint_value", "tokenizer_name", "window_size", "init_mode", "n_devices",
-    "seed", "initializer_range", "init_weights", "scale_attn_by_inverse_layer_idx", "d_vocab_out",
-    "parallel_attn_mlp", "rotary_dim", "n_params", "use_hook_tokens", "tokenizer_prepends_bos",
-    "post_embedding_ln", "rotary_base", "rotary_base_local", "rotary_scaling_factor", "trust_remote_code",
-    "rotary_adjacent_pairs", "relative_attention_max_distance", "relative_attention_num_buckets",
-    "decoder_start_token_id", "tie_word_embeddings", "use_normalization_before_and_after",
-    "output_logits_soft_cap", "use_NTK_by_parts_rope", "NTK_by_parts_low_freq_factor",
-    "NTK_by_parts_high_freq_factor", "NTK_by_parts_factor", "NTK_original_ctx_len", "use_yarn_rope",
-    "yarn_factor", "yarn_attention_factor", "yarn_beta_fast", "yarn_beta_slow",
-    "yarn_original_max_position_embeddings", "yarn_truncate", "yarn_global_attn_only", "norm_topk_prob",
-})
-
+from .lines.base import line_of
 
 def unsupported_reason(model) -> str | None:
-    """Why the fast forward does not run on ``model`` (None: it does). The allow-list: a
-    ``HookedTransformer`` whose attention modules are TransformerLens's ``Attention`` or
-    ``GroupedQueryAttention`` (global, causal) and whose every config field is one this forward
-    knows, at a value it supports; a field it does not know (a newer TransformerLens) is refused."""
-    # A subclass (e.g. SAELens' HookedSAETransformer) is a HookedTransformer too; on
-    # TransformerLens 4 nothing is (it has no HookedTransformer).
-    if not is_hooked_transformer(model) or not hasattr(model, "blocks"):
-        return f"{type(model).__name__} is not a HookedTransformer"
-    from transformer_lens.components import Attention, GroupedQueryAttention
-
-    cfg = model.cfg
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name, None)
-        check = _ALLOWED.get(f.name)
-        if check is not None:
-            if not check(value):
-                return f"config {f.name}={value!r} is not supported"
-        elif f.name not in _NEUTRAL:
-            return f"config field {f.name!r} is unknown to this toolkit (a newer TransformerLens?)"
-    for layer, block in enumerate(model.blocks):
-        attn = block.attn
-        if type(attn) not in (Attention, GroupedQueryAttention):
-            return f"layer {layer}'s attention is a {type(attn).__name__}"
-        if getattr(attn, "attn_type", "global") != "global" or getattr(attn, "_attention_dir_override", None):
-            return f"layer {layer}'s attention is local or not causal"
-    return None
+    """Why the fast forward does not run on ``model`` (None: it does): its line's allow-list
+    (:meth:`~inactive_heads.runtime.lines.base.ModelLine.attention_unsupported`)."""
+    return line_of(model).attention_unsupported(model)
 
 
 def _unsupported(model) -> str | None:
-    """Why neither forward of :func:`fast_attention` runs on ``model``: a ``TransformerBridge``
-    against :func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`, anything else
-    against :func:`unsupported_reason`."""
-    if is_bridge(model):
-        return bridge_unsupported_reason(model)
+    """Why neither forward of :func:`fast_attention` runs on ``model``: its line's allow-list."""
     return unsupported_reason(model)
 
 
@@ -481,10 +406,11 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
         finally:
             active.depth -= 1
         return
-    reason = _unsupported(model) if enabled else None
+    line = line_of(model)
+    reason = line.attention_unsupported(model) if enabled else None
     # A bridge outside its allow-list (Q/K norms, soft caps, joint QKV: Gemma, Phi-3, ...) runs
     # its own forward as it always did; nothing to warn about (supports_fast_attention says which).
-    if reason is not None and not is_bridge(model):
+    if reason is not None and line.warns_when_unsupported:
         _warn_once(model, f"fast_attention: {reason}; running TransformerLens's own attention forward")
     if not enabled or reason is not None:
         _ACTIVE[model] = _Active(form, False)
@@ -497,12 +423,11 @@ def fast_attention(model, enabled: bool = True, *, fused: bool = True):
     check = checks.get(form) or checks.setdefault(form, _Check(model, form))
     attns = [block.attn for block in model.blocks]
     layers = {id(attn): layer for layer, attn in enumerate(attns)}
-    bridge = is_bridge(model)
-    mlps = [block.mlp for block in model.blocks if plain_gated_mlp(block.mlp)]  # none on a bridge
+    mlps = [block.mlp for block in model.blocks if line.plain_gated_mlp(block.mlp)]  # none on a bridge
     layers.update({id(block.mlp): layer for layer, block in enumerate(model.blocks)})
     state = _State(layers, check)
     state.fused = fused
-    patched = {module: _bound(bridge_forward if bridge else _fast_forward, module, state) for module in attns}
+    patched = {module: _bound(line.attention_forward, module, state) for module in attns}
     mlp_forward = _checked_gated_mlp if fused else exact_forward
     patched.update({module: _bound(mlp_forward, module, state) for module in mlps})
     _ACTIVE[model] = _Active(form, True, state)

@@ -10,7 +10,8 @@ bf16 rounding). Two replacements, each with the same hooks:
 - :func:`exact_forward` makes the same ``F.linear`` calls on the same contiguous transposed
   weights, each transpose made once per weight: TransformerLens's arithmetic to the bit.
 
-On TransformerLens 4 there is no ``GatedMLP`` component (:func:`plain_gated_mlp` is False there).
+Which MLPs are TransformerLens's plain ``GatedMLP`` is the line adapter's question
+(:meth:`~inactive_heads.runtime.lines.base.ModelLine.plain_gated_mlp`; none on a bridge).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from ..models.tl_line import has_hooked_transformer
 from .activations import keeps_transposes, transposed_weight
+from .lines.base import line_of
 
 
 @contextmanager
@@ -42,15 +43,6 @@ def swapped_forwards(forwards: dict):
                 module.__dict__.pop("forward", None)
             else:
                 object.__setattr__(module, "forward", prev)
-
-
-def plain_gated_mlp(mlp) -> bool:
-    """Whether ``mlp`` is TransformerLens's own ``GatedMLP`` (no layer-norm activation)."""
-    if not has_hooked_transformer():  # TransformerLens 4: no GatedMLP component to stand in for
-        return False
-    from transformer_lens.components.mlps.gated_mlp import GatedMLP
-
-    return type(mlp) is GatedMLP and not (mlp.cfg.is_layer_norm_activation() and mlp.ln is not None)
 
 
 def fused_forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
@@ -86,6 +78,7 @@ def gated_mlps_without_copies(model):
     """Inside the block, ``model``'s plain gated MLPs run :func:`exact_forward`: TransformerLens's
     arithmetic to the bit, without its per-call transposed weight copies (for passes that run
     TransformerLens's own attention, e.g. with a KV cache)."""
+    line = line_of(model)
     with swapped_forwards({block.mlp: MethodType(exact_forward, block.mlp)
-                           for block in model.blocks if plain_gated_mlp(block.mlp)}):
+                           for block in model.blocks if line.plain_gated_mlp(block.mlp)}):
         yield

@@ -15,16 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .fast_attention import attention_form
 from .hook_registry import installed, read_only  # noqa: F401  (installed: the toolkit's way to add hooks)
-from ..models.architectures import by_class
-from ..models.loading import architecture_of, model_info
-from ..models.tl_line import has_hooked_transformer
-from .activations import LayerActivations, keeps_transposes, transposed_weight
+from ..models.loading import model_info
+from .activations import LayerActivations
+from .lines.base import line_of
 from ..core.errors import UserError, WrongTypeError
 
 LayerCallback = Callable[[LayerActivations], Tensor | None]
@@ -187,54 +185,17 @@ def run_forward(model, tokens: Tensor, valid: Tensor, *, stop_early: bool = Fals
         return None
 
 
-def _unembed(unembed, x: Float[Tensor, "n 1 d_model"]) -> Float[Tensor, "n 1 vocab"]:
-    """TransformerLens's ``Unembed`` (its hooks, its arithmetic) without the per-call copy.
-
-    Its forward computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a transposed copy of the whole
-    unembedding on every call (160 ms per call for SmolLM2's 49 k × 576 on 2 CPU cores, more than
-    the product itself). Where :func:`~inactive_heads.runtime.activations.keeps_transposes` (CPU,
-    gradients off), the copy is made once per weight
-    (:func:`~inactive_heads.runtime.activations.transposed_weight`), and the same ``F.linear``
-    call gives the same bits. Elsewhere (GPU, gradients, a subclass) TransformerLens's forward runs."""
-    if not has_hooked_transformer():  # TransformerLens 4 has no Unembed component
-        return unembed(x)
-    from transformer_lens.components import Unembed
-
-    W = unembed.W_U
-    if type(unembed) is not Unembed or not keeps_transposes(W) or x.device != W.device:
-        return unembed(x)
-    return unembed.hook_out(F.linear(unembed.hook_in(x), transposed_weight(W), unembed.b_U))
-
-
 def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], rows: Int[Tensor, " n"],
                positions: Int[Tensor, " n"]) -> Float[Tensor, "n vocab"]:
-    """A ``HookedTransformer``'s logits from its last residual stream at (row, position) pairs
-    only: the final norm and the unembedding run on those rows, not on the whole batch (then the
-    soft cap of models that have one)."""
+    """A model's logits from its last residual stream at (row, position) pairs only: the final
+    norm and its line's unembedding
+    (:meth:`~inactive_heads.runtime.lines.base.ModelLine.unembed`) run on those rows, not on the
+    whole batch (then the soft cap of models that have one)."""
     x = resid[rows, positions][:, None, :]
-    logits = _unembed(model.unembed, model.ln_final(x))[:, 0, :]
+    logits = line_of(model).unembed(model.unembed, model.ln_final(x))[:, 0, :]
     cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
     if cap and cap > 0:
         logits = cap * torch.tanh(logits / cap)
-    return logits
-
-
-def hf_head_logits_supported(model) -> bool:
-    """True for a ``TransformerBridge`` whose Hugging Face causal-LM head is one linear map of the
-    base model's last hidden state (:func:`hf_head_logits` then gives its logits)."""
-    hf = getattr(model, "original_model", None)
-    return hf is not None and by_class(architecture_of(hf.config)).head_is_one_linear
-
-
-def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows vocab"]:
-    """A bridge's logits from its Hugging Face base model's last hidden state at chosen rows: the
-    output embedding, then the logit soft cap of the models that have one (Gemma-2/3, as their
-    causal-LM head does)."""
-    hf = model.original_model
-    logits = hf.get_output_embeddings()(hidden)
-    cap = getattr(hf.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
     return logits
 
 

@@ -18,39 +18,16 @@ prefix key (the mask gets those columns; the attention forward joins the prefix'
 Which bridges: the decoder families whose Hugging Face model is exactly "embed, then the layers
 with one rotary table and a causal mask, then the final norm" — Llama, Qwen2 and Mistral — with
 every layer full attention (no sliding window), on top of the bridge attention forward's own
-allow-list (:func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`).
+allow-list (:func:`~inactive_heads.runtime.bridge_attention.unsupported_reason`). The per-line
+calls and checks are the line adapter's (:mod:`inactive_heads.runtime.lines`).
 """
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..models.architectures import model_types_with
-from ..models.tl_line import is_bridge, is_hooked_transformer
 from .fast_attention import allowed_keys
-
-# Hugging Face model types whose base model is embed -> layers (one rotary table) -> norm.
-_PLAIN_DECODERS = model_types_with("plain_decoder")
-
-
-def bridge_unsupported_reason(model) -> str | None:
-    """Why :class:`LayerStack` cannot run ``model``'s layers one at a time (None: it can)."""
-    if not is_bridge(model):
-        return f"{type(model).__name__} is not a TransformerBridge"
-    config = getattr(getattr(model, "original_model", None), "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in _PLAIN_DECODERS:
-        return f"model type {model_type!r} is not one of {sorted(_PLAIN_DECODERS)}"
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and any(t != "full_attention" for t in layer_types):
-        return "some layers use sliding-window attention"
-    if layer_types is None and getattr(config, "sliding_window", None) is not None \
-            and getattr(config, "use_sliding_window", True):
-        return "the model uses sliding-window attention"
-    if any(getattr(model, name, None) is None for name in ("embed", "rotary_emb", "blocks")):
-        return "the bridge has no embed, rotary_emb or blocks module"
-    return None
-
+from .lines.base import line_of
 
 class LayerStack:
     """``embed(tokens, mask)`` (the residual stream entering layer 0) and ``layer(resid, l, mask)``
@@ -62,28 +39,19 @@ class LayerStack:
 
     def __init__(self, model):
         self.model = model
-        self.hooked = is_hooked_transformer(model)
-        if not self.hooked:
-            reason = bridge_unsupported_reason(model)
-            if reason is not None:
-                raise RuntimeError(f"LayerStack: {reason}")
+        self.line = line_of(model)
+        reason = self.line.layer_stack_unsupported(model)
+        if reason is not None:
+            raise RuntimeError(f"LayerStack: {reason}")
         self._masks: list[tuple] = []
 
     def embed(self, tokens: Int[Tensor, "batch pos"],
               mask: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        if self.hooked:
-            return self.model(tokens, attention_mask=mask, stop_at_layer=0)
-        return self.model.embed(tokens)
+        return self.line.stack_embed(self.model, tokens, mask)
 
     def layer(self, resid: Float[Tensor, "batch pos d_model"], layer: int, mask: Int[Tensor, "batch pos"],
               prefix_length: int = 0) -> Float[Tensor, "batch pos d_model"]:
-        if self.hooked:
-            return self.model(resid, start_at_layer=layer, stop_at_layer=layer + 1, attention_mask=mask)
-        positions, additive = self._inputs(resid, mask, prefix_length)
-        cos_sin = self.model.rotary_emb(resid, positions)
-        out = self.model.blocks[layer](resid, attention_mask=additive, position_ids=positions,
-                                       position_embeddings=cos_sin)
-        return out[0] if isinstance(out, tuple) else out
+        return self.line.stack_layer(self, resid, layer, mask, prefix_length)
 
     def _inputs(self, resid: Tensor, mask: Tensor, p: int) -> tuple[Tensor, Tensor]:
         """Positions ``p .. p + pos - 1`` and the additive mask ``[batch, 1, pos, p + pos]``: every

@@ -38,11 +38,11 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from ..models.tl_line import is_bridge, is_hooked_transformer
 from .fast_attention import PrefixKV, state_of, supports_fast_attention
 from .hook_registry import installed
 from .hooks import HeadHookRunner, LayerCallback, StopForward, new_batch_token, zero_heads
-from .layer_stack import LayerStack, bridge_unsupported_reason
+from .layer_stack import LayerStack
+from .lines.base import line_of
 
 @dataclass
 class PrefixGroup:
@@ -109,9 +109,7 @@ def supports_prefix_reuse(model, ablation=None) -> bool:
         return False
     if not supports_fast_attention(model):
         return False
-    if is_bridge(model):
-        return bridge_unsupported_reason(model) is None
-    return is_hooked_transformer(model) and model.cfg.positional_embedding_type == "rotary"
+    return line_of(model).prefix_reuse_supported(model)
 
 
 # Bytes of prefix states a SharedPrefix keeps for later batches; past it, new branches are used by
