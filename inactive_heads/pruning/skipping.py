@@ -44,17 +44,15 @@ from typing import Any, Protocol, runtime_checkable
 from weakref import WeakKeyDictionary
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..core.errors import UserError
 from ..models.architectures import model_types_with
-from ..models.tl_line import is_bridge
-from ..runtime.bridge_attention import _inputs as _bridge_inputs
 from ..runtime.fast_attention import fast_attention
 from ..runtime.gated_mlp import swapped_forwards
 from ..runtime.lines import line_of
+from ..runtime.skip_kernels import Packed
 
 RULES = ("auto", "skip", "dense")
 """How a layer runs: by the cost rule (:func:`choose`), always skipped, always dense with zeroing."""
@@ -96,25 +94,6 @@ def check_supported(model) -> None:
 # The heads of one layer, packed per kept set
 
 
-@dataclass
-class _Packed:
-    """One layer's weights for one kept set: ``F.linear`` layouts over the kept heads only."""
-
-    kept_q: Tensor  # [kept] query-head indices
-    kept_kv: Tensor  # [kept_kv] KV-head indices some kept query head reads
-    uniform: bool  # every kept KV head serves the same number of kept query heads, in order
-    counts: tuple[int, ...]  # kept query heads per kept KV head
-    d_head: int
-    w_q: Tensor
-    b_q: Tensor | None
-    w_k: Tensor
-    b_k: Tensor | None
-    w_v: Tensor
-    b_v: Tensor | None
-    w_o: Tensor
-    b_o: Tensor | None
-
-
 def _layer_weights(model, layer: int) -> dict[str, Tensor | None]:
     """A layer's projections per head: ``q [head, d_head, d_model]``, ``k``/``v [kv_head, d_head,
     d_model]``, biases ``[head or kv_head, d_head]`` (or None), ``o [d_model, head, d_head]``,
@@ -122,7 +101,7 @@ def _layer_weights(model, layer: int) -> dict[str, Tensor | None]:
     return line_of(model).skip_weights(model, layer)
 
 
-def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _Packed:
+def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> Packed:
     kept_kv = sorted({h // group for h in kept_q})
     counts = [sum(1 for h in kept_q if h // group == kv) for kv in kept_kv]
     q_idx = torch.tensor(kept_q, dtype=torch.long)
@@ -136,7 +115,7 @@ def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> _
         return None if b is None else b.index_select(0, idx.to(b.device)).reshape(-1)
 
     o = weights["o"].index_select(1, q_idx.to(weights["o"].device))
-    return _Packed(
+    return Packed(
         kept_q=q_idx, kept_kv=kv_idx,
         uniform=len(set(counts)) <= 1, counts=tuple(counts), d_head=weights["q"].shape[1],
         w_q=rows(weights["q"], q_idx), b_q=bias(weights["b_q"], q_idx),
@@ -210,6 +189,11 @@ class SkipState:
     decided: dict[int, Tensor] = field(default_factory=dict)  # the decider's last [batch, head] per layer
     _masks: list = field(default_factory=list, repr=False, init=False)
 
+    def by_groups(self, layer: int, held: Tensor, n: int, n_keys: int, cached: bool, run, x: Tensor) -> Tensor:
+        """The layer's output from ``run(rows, packed, zero)`` per group of rows (:func:`_by_groups`):
+        what a line's skipping attention forward calls."""
+        return _by_groups(self, layer, held, n, n_keys, cached, run, x)
+
     def allowed(self, mask, rows, n: int, n_keys: int, build):
         """``build()`` once per mask object, rows and sizes (every layer of a call gets the same mask)."""
         key = (n, n_keys, None if rows is None else tuple(rows.tolist()))
@@ -239,7 +223,7 @@ class SkipState:
             raise RuntimeError(f"skipping: held heads for {self.held.shape[0]} rows, batch of {batch}")
         return self.held[:, layer].to(device)
 
-    def packed(self, layer: int, kept: list[int]) -> _Packed:
+    def packed(self, layer: int, kept: list[int]) -> Packed:
         """The layer's weights gathered for ``kept`` (kept per model across blocks, re-gathered
         when a source weight changed)."""
         store = _PACKED.setdefault(self.model, {})
@@ -289,14 +273,12 @@ def skipping(model, held: Bool[Tensor, "batch layer head"] | None = None, *, dec
     from .accountant import model_shape
 
     state = SkipState(model=model, shape=model_shape(model), held=held, decider=decider, rule=rule)
-    bridge = is_bridge(model)
-    attention = _bridge_attention if bridge else _hooked_attention
+    line = line_of(model)
     forwards = {}
     for layer, block in enumerate(model.blocks):
-        forwards[block.attn] = _bind(attention, block.attn, state, layer)
+        forwards[block.attn] = _bind(line.skip_attention, block.attn, state, layer)
         if decider is not None:
             forwards[block] = _recorder(block, state, layer)
-    line = line_of(model)
     with torch.no_grad(), fast_attention(model), swapped_forwards(forwards), line.skip_cache_offset(model):
         yield state
 
@@ -317,88 +299,6 @@ def _recorder(block, state: SkipState, layer: int):
         return own(*args, **kwargs)
 
     return forward
-
-
-# ----------------------------------------------------------------------------------------------
-# The attention forward, per line
-
-
-def _hooked_attention(self, state: SkipState, layer: int, query_input, key_input=None, value_input=None,
-                      past_kv_cache_entry=None, additive_attention_mask=None, attention_mask=None,
-                      position_bias=None):
-    """A ``HookedTransformer`` attention module's forward inside :func:`skipping`."""
-    if additive_attention_mask is not None or position_bias is not None or query_input.ndim != 3:
-        raise RuntimeError("head skipping: this attention call is not a plain causal one")
-    x = query_input
-    b, n = x.shape[:2]
-    offset = 0 if past_kv_cache_entry is None else past_kv_cache_entry.past_keys.shape[1]
-    n_keys = offset + n
-
-    def rotate(t, at):  # [b, pos, head, d]; TransformerLens caches keys unrotated
-        return self.apply_rotary(t, at, rows_mask)
-
-    def allowed_for(rows):
-        return _allowed(None if attention_mask is None else attention_mask[rows].to(x.device), n, n_keys, x.device)
-
-    def cache(k, v):
-        if past_kv_cache_entry is None:
-            return k, v
-        entry = past_kv_cache_entry
-        if entry.past_keys.shape[1] == 0 and entry.past_keys.shape[2] != k.shape[2]:
-            entry.past_keys = entry.past_keys.new_empty((b, 0, k.shape[2], k.shape[3]))
-            entry.past_values = entry.past_values.new_empty((b, 0, v.shape[2], v.shape[3]))
-        return entry.append(k, v)
-
-    rows_mask = attention_mask
-    held = state.held_at(layer, b, x.device)
-
-    def run(rows, packed: _Packed, zero: Tensor | None):
-        nonlocal rows_mask
-        xs = x if rows is None else x[rows]
-        rows_mask = attention_mask if rows is None or attention_mask is None else attention_mask[rows]
-        q, k, v = _project(xs, packed)
-        k, v = cache(k, v)
-        q, k = rotate(q, offset), rotate(k, 0)
-        z = _attend(q, k, v, packed, allowed_for(slice(None) if rows is None else rows), 1.0 / self.attn_scale)
-        return _out(z, packed, zero)
-
-    return _by_groups(state, layer, held, n, n_keys, past_kv_cache_entry is not None, run, x)
-
-
-def _bridge_attention(self, state: SkipState, layer: int, *args, **kwargs):
-    """A ``TransformerBridge`` attention module's forward inside :func:`skipping`: (output, None)."""
-    parsed = _bridge_inputs(args, kwargs)
-    if parsed is None:
-        raise RuntimeError("head skipping: this attention call is not Hugging Face's keyword call")
-    x, rest = parsed
-    b, n = x.shape[:2]
-    hf = self.original_component
-    cache = rest.get("past_key_values")
-    offset = cache.get_seq_length(hf.layer_idx) if cache is not None else 0
-    n_keys = offset + n
-    mask = rest.get("attention_mask")
-    cos_sin = rest.get("position_embeddings")
-    held = state.held_at(layer, b, x.device)
-
-    def run(rows, packed: _Packed, zero: Tensor | None):
-        xs = x if rows is None else x[rows]
-        q, k, v = (t.transpose(1, 2) for t in _project(xs, packed))  # [b, head, pos, d]
-        if cos_sin is not None:
-            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-            cos, sin = cos_sin
-            if rows is not None:
-                cos, sin = (t[rows] if t.shape[0] == b and b > 1 else t for t in (cos, sin))
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if cache is not None:
-            k, v = cache.update(k, v, hf.layer_idx)
-        allowed = state.allowed(mask, rows, n, n_keys, lambda: _allowed_from_4d(
-            mask if rows is None or mask is None or mask.shape[0] != b else mask[rows], n, n_keys, x.device))
-        z = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), packed, allowed,
-                    getattr(hf, "scaling", hf.head_dim ** -0.5))
-        return _out(z, packed, zero)
-
-    return _by_groups(state, layer, held, n, n_keys, cache is not None, run, x), None
 
 
 def _by_groups(state: SkipState, layer: int, held: Tensor, n: int, n_keys: int, cached: bool, run, x: Tensor):
@@ -428,81 +328,6 @@ def _by_groups(state: SkipState, layer: int, held: Tensor, n: int, n_keys: int, 
             out = part.new_empty((b, *part.shape[1:]))
         out[rows] = part
     return out
-
-
-def _project(x: Float[Tensor, "batch pos d_model"], p: _Packed):
-    """Queries of the kept heads, keys and values of the kept KV heads: ``[batch, pos, head, d]``."""
-    b, n = x.shape[:2]
-    q = F.linear(x, p.w_q, p.b_q).view(b, n, len(p.kept_q), p.d_head)
-    k = F.linear(x, p.w_k, p.b_k).view(b, n, len(p.kept_kv), p.d_head)
-    v = F.linear(x, p.w_v, p.b_v).view(b, n, len(p.kept_kv), p.d_head)
-    return q, k, v
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor, p: _Packed, allowed: Tensor | None, scale: float) -> Tensor:
-    """z ``[batch, pos, kept, d]`` of the kept query heads over their KV heads (``[batch, key, kv, d]``).
-    Where the kept KV heads serve unequal numbers of kept query heads, one fused call per KV head
-    (its query heads are consecutive: kept heads are sorted) instead of copying K and V per head."""
-    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
-    n_q, n_kv = qh.shape[1], kh.shape[1]
-    if n_q == 0:
-        return q
-
-    def sdpa(qs, ks, vs):
-        return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, is_causal=allowed is None,
-                                              scale=scale, enable_gqa=ks.shape[1] != qs.shape[1])
-
-    if n_kv == n_q or p.uniform:
-        z = sdpa(qh, kh, vh)
-    else:
-        parts, start = [], 0
-        for j, count in enumerate(p.counts):
-            parts.append(sdpa(qh[:, start:start + count], kh[:, j:j + 1], vh[:, j:j + 1]))
-            start += count
-        z = torch.cat(parts, dim=1)
-    return z.transpose(1, 2)
-
-
-def _out(z: Tensor, p: _Packed, zero: Tensor | None) -> Float[Tensor, "batch pos d_model"]:
-    """``z`` (the held heads zeroed, in the dense mode) through the kept heads' ``W_O`` columns."""
-    if zero is not None:
-        z = z.masked_fill(zero.to(z.device)[:, None, :, None], 0.0)
-    b, n = z.shape[:2]
-    if z.shape[2] == 0:
-        out = z.new_zeros((b, n, p.w_o.shape[0]))
-        return out if p.b_o is None else out + p.b_o
-    return F.linear(z.reshape(b, n, -1).to(p.w_o.dtype), p.w_o, p.b_o)
-
-
-def _allowed(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor | None:
-    """Which keys each query sees, ``[batch, 1, n, keys]`` (None: plain causal, no cache): causal
-    from the cache's end, not padding; a query seeing nothing sees itself (no NaN)."""
-    if n_keys == n and (mask is None or bool(mask.bool().all())):
-        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
-    offset = n_keys - n
-    causal = torch.ones(n, n_keys, dtype=torch.bool, device=device).tril(offset)
-    allowed = causal[None, None] if mask is None else causal[None, None] & mask.bool()[:, None, None, :]
-    return _self_if_empty(allowed, offset)
-
-
-def _allowed_from_4d(mask: Tensor | None, n: int, n_keys: int, device) -> Tensor | None:
-    """The same from Hugging Face's 4-D mask (additive: 0 where seen; or boolean: True where seen)."""
-    if mask is None:
-        return _allowed(None, n, n_keys, device)
-    allowed = (mask if mask.dtype == torch.bool else mask == 0).to(device)[..., -n_keys:]
-    if n_keys == n and bool((allowed == torch.ones(n, n, dtype=torch.bool, device=device).tril()).all()):
-        return None  # plain causal: the fused kernel's causal form (it skips the masked half)
-    return _self_if_empty(allowed, n_keys - n)
-
-
-def _self_if_empty(allowed: Tensor, offset: int) -> Tensor:
-    n, n_keys = allowed.shape[-2], allowed.shape[-1]
-    empty = ~allowed.any(dim=-1, keepdim=True)
-    if not bool(empty.any()):
-        return allowed
-    diagonal = torch.zeros(n, n_keys, dtype=torch.bool, device=allowed.device)
-    diagonal[torch.arange(n), torch.arange(n) + offset] = True
-    return allowed | (empty & diagonal)
 
 
 # ----------------------------------------------------------------------------------------------

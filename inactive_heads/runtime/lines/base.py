@@ -26,6 +26,8 @@ class ModelLine(Protocol):
     # whether a model outside the forms' allow-list gets a warning.
     attention_forward: Any
     warns_when_unsupported: bool
+    # The attention forward head skipping installs: (module, state, layer, *args, **kwargs).
+    skip_attention: Any
 
     def owns(self, model) -> bool:
         """True when ``model`` belongs to this line."""

@@ -18,10 +18,11 @@ from torch import Tensor
 from ...models.architectures import by_class, model_types_with
 from ...models.loading import architecture_of
 from ...models.tl_line import is_bridge
-from ..bridge_attention import bridge_forward
+from ..bridge_attention import _inputs, bridge_forward
 from ..bridge_attention import unsupported_reason as _attention_unsupported
 from ..fast_attention import attention_form
 from ..hooks import run_forward
+from ..skip_kernels import Packed, attend, output, project, seen_keys_from_4d
 from .base import register
 
 # Hugging Face model types whose base model is embed -> layers (one rotary table) -> norm.
@@ -103,12 +104,50 @@ class CachedDecoder:
         return self.logits
 
 
+def _skip_attention(self, state, layer: int, *args, **kwargs):
+    """A ``TransformerBridge`` attention module's forward inside
+    :func:`~inactive_heads.pruning.skipping.skipping`: (output, None)."""
+    parsed = _inputs(args, kwargs)
+    if parsed is None:
+        raise RuntimeError("head skipping: this attention call is not Hugging Face's keyword call")
+    x, rest = parsed
+    b, n = x.shape[:2]
+    hf = self.original_component
+    cache = rest.get("past_key_values")
+    offset = cache.get_seq_length(hf.layer_idx) if cache is not None else 0
+    n_keys = offset + n
+    mask = rest.get("attention_mask")
+    cos_sin = rest.get("position_embeddings")
+    held = state.held_at(layer, b, x.device)
+
+    def run(rows, packed: Packed, zero: Tensor | None):
+        xs = x if rows is None else x[rows]
+        q, k, v = (t.transpose(1, 2) for t in project(xs, packed))  # [b, head, pos, d]
+        if cos_sin is not None:
+            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+            cos, sin = cos_sin
+            if rows is not None:
+                cos, sin = (t[rows] if t.shape[0] == b and b > 1 else t for t in (cos, sin))
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, hf.layer_idx)
+        allowed = state.allowed(mask, rows, n, n_keys, lambda: seen_keys_from_4d(
+            mask if rows is None or mask is None or mask.shape[0] != b else mask[rows], n, n_keys, x.device))
+        z = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), packed, allowed,
+                   getattr(hf, "scaling", hf.head_dim ** -0.5))
+        return output(z, packed, zero)
+
+    return state.by_groups(layer, held, n, n_keys, cache is not None, run, x), None
+
+
 class BridgeLine:
     """A ``TransformerBridge``: :mod:`~inactive_heads.runtime.bridge_attention`'s forward, the Hugging
     Face head and KV cache, and the bridge's own modules for one layer at a time."""
 
     name = "bridge"
     attention_forward = staticmethod(bridge_forward)
+    skip_attention = staticmethod(_skip_attention)
     # A bridge outside its allow-list (Q/K norms, soft caps, joint QKV: Gemma, Phi-3, ...) runs
     # its own forward as it always did; nothing to warn about.
     warns_when_unsupported = False

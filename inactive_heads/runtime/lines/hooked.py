@@ -21,6 +21,7 @@ from ..activations import keeps_transposes, transposed_weight
 from ..fast_attention import _fast_forward, attention_form
 from ..gated_mlp import gated_mlps_without_copies
 from ..hooks import unembed_at
+from ..skip_kernels import Packed, attend, output, project, seen_keys
 from .base import register
 
 # ----------------------------------------------------------------------------------------------
@@ -135,6 +136,50 @@ class CachedDecoder:
         return self.logits
 
 
+def _skip_attention(self, state, layer: int, query_input, key_input=None, value_input=None,
+                    past_kv_cache_entry=None, additive_attention_mask=None, attention_mask=None,
+                    position_bias=None):
+    """A ``HookedTransformer`` attention module's forward inside
+    :func:`~inactive_heads.pruning.skipping.skipping`: the kept heads only (or every head, the held
+    ones zeroed, where the cost rule says dense)."""
+    if additive_attention_mask is not None or position_bias is not None or query_input.ndim != 3:
+        raise RuntimeError("head skipping: this attention call is not a plain causal one")
+    x = query_input
+    b, n = x.shape[:2]
+    offset = 0 if past_kv_cache_entry is None else past_kv_cache_entry.past_keys.shape[1]
+    n_keys = offset + n
+
+    def rotate(t, at):  # [b, pos, head, d]; TransformerLens caches keys unrotated
+        return self.apply_rotary(t, at, rows_mask)
+
+    def allowed_for(rows):
+        return seen_keys(None if attention_mask is None else attention_mask[rows].to(x.device), n, n_keys, x.device)
+
+    def cache(k, v):
+        if past_kv_cache_entry is None:
+            return k, v
+        entry = past_kv_cache_entry
+        if entry.past_keys.shape[1] == 0 and entry.past_keys.shape[2] != k.shape[2]:
+            entry.past_keys = entry.past_keys.new_empty((b, 0, k.shape[2], k.shape[3]))
+            entry.past_values = entry.past_values.new_empty((b, 0, v.shape[2], v.shape[3]))
+        return entry.append(k, v)
+
+    rows_mask = attention_mask
+    held = state.held_at(layer, b, x.device)
+
+    def run(rows, packed: Packed, zero: Tensor | None):
+        nonlocal rows_mask
+        xs = x if rows is None else x[rows]
+        rows_mask = attention_mask if rows is None or attention_mask is None else attention_mask[rows]
+        q, k, v = project(xs, packed)
+        k, v = cache(k, v)
+        q, k = rotate(q, offset), rotate(k, 0)
+        z = attend(q, k, v, packed, allowed_for(slice(None) if rows is None else rows), 1.0 / self.attn_scale)
+        return output(z, packed, zero)
+
+    return state.by_groups(layer, held, n, n_keys, past_kv_cache_entry is not None, run, x)
+
+
 class HookedLine:
     """TransformerLens 3.9's ``HookedTransformer`` (or a subclass, e.g. SAELens'
     ``HookedSAETransformer``): the toolkit's fast forward, TransformerLens's own unembedding and KV
@@ -142,6 +187,7 @@ class HookedLine:
 
     name = "hooked"
     attention_forward = staticmethod(_fast_forward)
+    skip_attention = staticmethod(_skip_attention)
     warns_when_unsupported = True
 
     def owns(self, model) -> bool:

@@ -17,6 +17,7 @@ class OtherLine:
 
     name = "other"
     attention_forward = None
+    skip_attention = None
     warns_when_unsupported = True
 
     def owns(self, model) -> bool:
