@@ -60,6 +60,7 @@ from .hook_registry import only_read_only as _read_only
 from .hook_registry import read_only  # noqa: F401  (the mark the toolkit's hooks carry; re-exported)
 from .lines.base import line_of
 
+
 def unsupported_reason(model) -> str | None:
     """Why the fast forward does not run on ``model`` (None: it does): its line's allow-list
     (:meth:`~inactive_heads.runtime.lines.base.ModelLine.attention_unsupported`)."""

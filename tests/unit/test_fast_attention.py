@@ -273,9 +273,9 @@ def test_first_use_check_falls_back_when_the_fast_forward_disagrees(batch, monke
     """A feature TransformerLens applies and the fast forward does not (score soft-capping, let
     through the allow-list here on purpose) is caught on the first batch: warning, then
     TransformerLens's own forward, to the bit."""
-    import inactive_heads.runtime.fast_attention as fa
+    from inactive_heads.runtime.lines import hooked
 
-    monkeypatch.setitem(fa._ALLOWED, "attn_scores_soft_cap", lambda v: True)
+    monkeypatch.setitem(hooked._ALLOWED, "attn_scores_soft_cap", lambda v: True)
     capped = tiny_gqa_model(seed=6)
     capped.cfg.attn_scores_soft_cap = 0.5  # tight enough to change every layer's output
     ref = _forward(capped, batch)
