@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -242,15 +240,9 @@ def choose_backend(config, backend: str) -> tuple[str, str]:
         raise UserError(f"unknown backend '{backend}'; use one of {', '.join(BACKENDS)}")
     if backend == "bridge":
         return "bridge", "backend='bridge' was requested"
-    if not tl_line.has_hooked_transformer():
-        version = tl_line.installed_version()
-        if backend == "hooked":
-            raise ModelLoadError(
-                f"backend='hooked' needs TransformerLens 3.9's HookedTransformer, but transformer-lens "
-                f"{version} is installed (4.x has none); use backend='auto' or 'bridge', or set up the "
-                "3.9 line (make setup TL=3.9)"
-            )
-        return "bridge", f"TransformerLens {version} has no HookedTransformer; TransformerBridge wraps the HF modules"
+    bridge_only = tl_line.bridge_only_choice(backend)
+    if bridge_only is not None:
+        return bridge_only
     ok, reason = hooked_support(config)
     if backend == "hooked":
         if not ok:
@@ -276,88 +268,6 @@ def _is_chat(tokenizer: Any, official_name: str) -> bool:
 def _lm_eval_prepend_bos(family: str) -> bool:
     # lm-eval 0.4.5 adds no BOS for causal LMs, except Gemma, for which it forces one.
     return family.lower().startswith("gemma")
-
-
-# Substrings of a name or path that make TransformerLens 3.9 ignore config.json (its fixed configs).
-_TL_NAME_TRIGGERS = ("llama", "gemma")
-
-
-def _hooked_config(local_dir: Path, official_name: str, dtype: torch.dtype, n_ctx: int | None):
-    """A ``HookedTransformerConfig`` built from the directory's ``config.json`` alone.
-
-    TransformerLens picks architecture branches by substrings of the name it is given ("llama",
-    "gemma", "Llama-2-70b", …) and then uses fixed configs instead of the file; so it is given a
-    copy of ``config.json`` in a temporary directory whose path names nothing.
-    """
-    from transformer_lens import loading
-
-    with tempfile.TemporaryDirectory(prefix="ih-cfg-") as tmp:
-        neutral = Path(tmp) / "model"
-        if any(word in str(neutral).lower() for word in _TL_NAME_TRIGGERS):
-            raise ModelLoadError(
-                f"the temporary directory {tmp} contains one of {', '.join(_TL_NAME_TRIGGERS)}, which "
-                "TransformerLens reads as a model name; set TMPDIR to a path without them"
-            )
-        neutral.mkdir()
-        shutil.copyfile(local_dir / "config.json", neutral / "config.json")
-        cfg = loading.get_pretrained_model_config(str(neutral), fold_ln=False, dtype=dtype)
-    cfg.model_name = official_name.rstrip("/").split("/")[-1]
-    cfg.tokenizer_name = str(local_dir)
-    if n_ctx is not None:
-        cfg.n_ctx = n_ctx
-    return cfg
-
-
-def _load_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device, n_ctx, n_devices):
-    from transformer_lens import HookedTransformer, loading
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    hf_model = AutoModelForCausalLM.from_pretrained(local_dir, dtype=dtype)
-    try:
-        cfg = _hooked_config(local_dir, official_name, dtype, n_ctx)
-    except Exception as exc:
-        reason = " ".join(str(exc).split())[:200]
-        raise ModelLoadError(
-            f"HookedTransformer cannot build '{official_name}' from {local_dir} "
-            f"({type(exc).__name__}: {reason}); try backend='bridge'"
-        ) from exc
-    if device is not None:
-        cfg.device = device
-    cfg.n_devices = n_devices
-    with warnings.catch_warnings():
-        # TransformerLens 3.9 deprecates HookedTransformer in favour of TransformerBridge; this
-        # toolkit supports both on purpose (backend="bridge" is the forward-compatible one).
-        warnings.filterwarnings(
-            "ignore", message="HookedTransformer is deprecated", category=DeprecationWarning
-        )
-        model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
-    state_dict = loading.get_pretrained_state_dict(str(local_dir), cfg, hf_model=hf_model, dtype=dtype)
-    model.load_and_process_state_dict(
-        state_dict,
-        fold_ln=False,
-        center_writing_weights=False,
-        center_unembed=False,
-        fold_value_biases=False,
-        refactor_factored_attn_matrices=False,
-    )
-    del hf_model
-    model.eval()
-    return model.to(cfg.device, print_details=False), tokenizer
-
-
-def _load_bridge(local_dir: Path, dtype: torch.dtype, device, n_ctx):
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    model = TransformerBridge.boot_transformers(
-        str(local_dir), dtype=dtype, device=device, tokenizer=tokenizer
-    )
-    if n_ctx is not None:
-        model.cfg.n_ctx = n_ctx
-    model.eval()
-    return model, tokenizer
 
 
 def load_model(
@@ -415,9 +325,9 @@ def load_model(
     ctx = n_ctx or context_length(config)
     with _hf_progress_bars(progress):
         if chosen == "hooked":
-            model, tokenizer = _load_hooked(local_dir, official_name, dtype, device, ctx, n_devices)
+            model, tokenizer = tl_line.build_hooked(local_dir, official_name, dtype, device, ctx, n_devices)
         else:
-            model, tokenizer = _load_bridge(local_dir, dtype, device, ctx)
+            model, tokenizer = tl_line.build_bridge(local_dir, dtype, device, ctx)
     model.inactive_heads_info = _loaded_info(
         spec, model, tokenizer, config, official_name=official_name, local_dir=local_dir, dtype=dtype,
         extra={"architecture": architecture, "backend_requested": backend, "backend_reason": reason,
@@ -489,26 +399,6 @@ def describe_builtin_models() -> list[dict[str, Any]]:
     return rows
 
 
-def _processed_weights_note(model) -> str | None:
-    """Why a user's own ``HookedTransformer`` has processed weights, or ``None`` if it has not.
-
-    ``HookedTransformer.from_pretrained`` folds LayerNorm weights and value biases by default
-    (``from_pretrained_no_processing`` does not); folded value biases move ``b_V`` into ``b_O``,
-    so ``hook_v`` and ``hook_z`` (and every score read from them) differ from the original model's.
-    """
-    if not tl_line.is_hooked_transformer(model):
-        return None
-    cfg = model.cfg
-    if cfg.normalization_type in ("LNPre", "RMSPre"):
-        return "its LayerNorm weights were folded (HookedTransformer.from_pretrained's default)"
-    if architectures.by_class(cfg.original_architecture).value_bias and not cfg.attn_only:
-        b_v = [getattr(block.attn, "_b_V", None) for block in model.blocks]
-        b_v = [b if b is not None else block.attn.b_V for b, block in zip(b_v, model.blocks, strict=True)]
-        if all(torch.count_nonzero(b) == 0 for b in b_v):
-            return "its value biases were folded into b_O"
-    return None
-
-
 def _shape_of(cfg) -> dict[str, int]:
     """The head-shape fields of a ``ModelInfo``, read from a TransformerLens config."""
     return {
@@ -541,7 +431,7 @@ def model_info(model) -> ModelInfo:
         family = hf_config.model_type
     else:
         family = _family_of_architecture(architecture) if architecture else "unknown"
-    note = _processed_weights_note(model)
+    note = tl_line.processed_weights_note(model)
     if note is not None and not getattr(model, "_inactive_heads_warned", False):
         warnings.warn(
             f"model '{name}': {note}, so hook_v/hook_z differ from the original model's; load it "
@@ -556,7 +446,7 @@ def model_info(model) -> ModelInfo:
         is_chat=bool(tokenizer is not None and _is_chat(tokenizer, name)),
         prepend_bos=_lm_eval_prepend_bos(family),
         bos_token=getattr(tokenizer, "bos_token", None),
-        backend="bridge" if tl_line.is_bridge(model) else "hooked",
+        backend=tl_line.backend_of(model),
         dtype=str(cfg.dtype).removeprefix("torch."),
         source=name,
         extra={"architecture": architecture, "processed_weights": note, "model_class": type(model).__name__,

@@ -2,17 +2,31 @@
 
 Two lines are supported: **3.9** (the last release with both ``HookedTransformer`` and
 ``TransformerBridge``) and **4.x** (``TransformerBridge`` only: 4.0 removed ``HookedTransformer``,
-``HookedTransformerConfig``, ``transformer_lens.components`` and ``loading``). Everything in the
-toolkit that needs a ``HookedTransformer`` asks :func:`is_hooked_transformer`, which never imports
-``HookedTransformer`` on a line that has none; everything else speaks the hook names both lines
-share (``blocks.{l}.attn.hook_pattern`` / ``hook_v`` / ``hook_z``).
+``HookedTransformerConfig``, ``transformer_lens.components`` and ``loading``).
+:func:`is_hooked_transformer` never imports ``HookedTransformer`` on a line that has none; the
+runtime's line adapters (:mod:`inactive_heads.runtime.lines`) use it and :func:`is_bridge`, and
+everything else speaks the hook names both lines share (``blocks.{l}.attn.hook_pattern`` /
+``hook_v`` / ``hook_z``) or asks its model's adapter.
+
+This is the models stage's one line module: which backends the installed line offers, each
+class's builder and the check for processed ``HookedTransformer`` weights live here, so that
+``models/loading.py`` names neither class. The runtime's per-line behaviour is
+:mod:`inactive_heads.runtime.lines`.
 """
 
 import re
+import shutil
+import tempfile
+import warnings
 from functools import lru_cache
 from importlib import metadata
+from pathlib import Path
+
+import torch
 
 from ..core.errors import UserError
+from .architectures import by_class
+from .gguf import ModelLoadError
 
 # The supported range, as pyproject.toml states it: [3.9, 5).
 SUPPORTED_RANGE = ">=3.9,<5"
@@ -65,6 +79,21 @@ def line() -> str:
     return "3.9" if has_hooked_transformer() else "4"
 
 
+def bridge_only_choice(backend: str) -> tuple[str, str] | None:
+    """On a line without ``HookedTransformer`` (4.x): ``("bridge", why)`` for ``backend`` "auto" or
+    "bridge", a one-line :class:`ModelLoadError` for "hooked"; None on 3.9 (both classes exist)."""
+    if has_hooked_transformer():
+        return None
+    version = installed_version()
+    if backend == "hooked":
+        raise ModelLoadError(
+            f"backend='hooked' needs TransformerLens 3.9's HookedTransformer, but transformer-lens "
+            f"{version} is installed (4.x has none); use backend='auto' or 'bridge', or set up the "
+            "3.9 line (make setup TL=3.9)"
+        )
+    return "bridge", f"TransformerLens {version} has no HookedTransformer; TransformerBridge wraps the HF modules"
+
+
 def what_loads() -> str:
     """The installed line, and which class a model loads as on it (one phrase, for ``models``)."""
     if has_hooked_transformer():
@@ -89,3 +118,117 @@ def is_bridge(model) -> bool:
     from transformer_lens.model_bridge import TransformerBridge
 
     return isinstance(model, TransformerBridge)
+
+
+def backend_of(model) -> str:
+    """The backend name a model's ``ModelInfo`` records: ``"bridge"`` for a ``TransformerBridge``,
+    else ``"hooked"``."""
+    return "bridge" if is_bridge(model) else "hooked"
+
+
+def processed_weights_note(model) -> str | None:
+    """Why a user's own ``HookedTransformer`` has processed weights, or ``None`` if it has not.
+
+    ``HookedTransformer.from_pretrained`` folds LayerNorm weights and value biases by default
+    (``from_pretrained_no_processing`` does not); folded value biases move ``b_V`` into ``b_O``,
+    so ``hook_v`` and ``hook_z`` (and every score read from them) differ from the original model's.
+    """
+    if not is_hooked_transformer(model):
+        return None
+    cfg = model.cfg
+    if cfg.normalization_type in ("LNPre", "RMSPre"):
+        return "its LayerNorm weights were folded (HookedTransformer.from_pretrained's default)"
+    if by_class(cfg.original_architecture).value_bias and not cfg.attn_only:
+        b_v = [getattr(block.attn, "_b_V", None) for block in model.blocks]
+        b_v = [b if b is not None else block.attn.b_V for b, block in zip(b_v, model.blocks, strict=True)]
+        if all(torch.count_nonzero(b) == 0 for b in b_v):
+            return "its value biases were folded into b_O"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Building each class from a local Hugging Face directory
+
+
+# Substrings of a name or path that make TransformerLens 3.9 ignore config.json (its fixed configs).
+_TL_NAME_TRIGGERS = ("llama", "gemma")
+
+
+def _hooked_config(local_dir: Path, official_name: str, dtype: torch.dtype, n_ctx: int | None):
+    """A ``HookedTransformerConfig`` built from the directory's ``config.json`` alone.
+
+    TransformerLens picks architecture branches by substrings of the name it is given ("llama",
+    "gemma", "Llama-2-70b", …) and then uses fixed configs instead of the file; so it is given a
+    copy of ``config.json`` in a temporary directory whose path names nothing.
+    """
+    from transformer_lens import loading
+
+    with tempfile.TemporaryDirectory(prefix="ih-cfg-") as tmp:
+        neutral = Path(tmp) / "model"
+        if any(word in str(neutral).lower() for word in _TL_NAME_TRIGGERS):
+            raise ModelLoadError(
+                f"the temporary directory {tmp} contains one of {', '.join(_TL_NAME_TRIGGERS)}, which "
+                "TransformerLens reads as a model name; set TMPDIR to a path without them"
+            )
+        neutral.mkdir()
+        shutil.copyfile(local_dir / "config.json", neutral / "config.json")
+        cfg = loading.get_pretrained_model_config(str(neutral), fold_ln=False, dtype=dtype)
+    cfg.model_name = official_name.rstrip("/").split("/")[-1]
+    cfg.tokenizer_name = str(local_dir)
+    if n_ctx is not None:
+        cfg.n_ctx = n_ctx
+    return cfg
+
+
+def build_hooked(local_dir: Path, official_name: str, dtype: torch.dtype, device, n_ctx, n_devices):
+    """A ``HookedTransformer`` and its tokenizer from a local Hugging Face directory, weights unprocessed."""
+    from transformer_lens import HookedTransformer, loading
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+    hf_model = AutoModelForCausalLM.from_pretrained(local_dir, dtype=dtype)
+    try:
+        cfg = _hooked_config(local_dir, official_name, dtype, n_ctx)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ModelLoadError(
+            f"HookedTransformer cannot build '{official_name}' from {local_dir} "
+            f"({type(exc).__name__}: {reason}); try backend='bridge'"
+        ) from exc
+    if device is not None:
+        cfg.device = device
+    cfg.n_devices = n_devices
+    with warnings.catch_warnings():
+        # TransformerLens 3.9 deprecates HookedTransformer in favour of TransformerBridge; this
+        # toolkit supports both on purpose (backend="bridge" is the forward-compatible one).
+        warnings.filterwarnings(
+            "ignore", message="HookedTransformer is deprecated", category=DeprecationWarning
+        )
+        model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
+    state_dict = loading.get_pretrained_state_dict(str(local_dir), cfg, hf_model=hf_model, dtype=dtype)
+    model.load_and_process_state_dict(
+        state_dict,
+        fold_ln=False,
+        center_writing_weights=False,
+        center_unembed=False,
+        fold_value_biases=False,
+        refactor_factored_attn_matrices=False,
+    )
+    del hf_model
+    model.eval()
+    return model.to(cfg.device, print_details=False), tokenizer
+
+
+def build_bridge(local_dir: Path, dtype: torch.dtype, device, n_ctx):
+    """A ``TransformerBridge`` and its tokenizer over the Hugging Face modules of a local directory."""
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+    model = TransformerBridge.boot_transformers(
+        str(local_dir), dtype=dtype, device=device, tokenizer=tokenizer
+    )
+    if n_ctx is not None:
+        model.cfg.n_ctx = n_ctx
+    model.eval()
+    return model, tokenizer

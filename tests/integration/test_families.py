@@ -27,6 +27,7 @@ import inactive_heads as ih
 from inactive_heads.scoring.scores import APPENDIX_SCORES
 from inactive_heads.models import loading as models
 from inactive_heads.models.loading import ModelLoadError, load_model, model_info
+from inactive_heads.models import tl_line
 from inactive_heads.models.tl_line import has_hooked_transformer
 
 LLAMA_3B_PATH = "llama-3.2 in meta-llama/Llama-3.2-3B"
@@ -243,7 +244,7 @@ def test_hooked_on_an_unfaithful_family_is_a_one_line_error(case, family_dirs):
 def test_the_refused_hooked_model_really_differs(case, family_dirs):
     """HookedTransformer builds these without an error, but wrong: the refusal is not overcautious."""
     directory = family_dirs[case]
-    hooked, _ = models._load_hooked(directory, case, torch.float32, None, None, 1)
+    hooked, _ = tl_line.build_hooked(directory, case, torch.float32, None, None, 1)
     tokens = torch.tensor([_sequences()[0]])
     with torch.no_grad():
         diff = (hooked(tokens) - _hf_eager(directory)(tokens).logits).abs().max().item()

@@ -14,6 +14,7 @@ import torch
 
 from inactive_heads.models import gguf
 from inactive_heads.models import loading as models
+from inactive_heads.models import tl_line
 from inactive_heads.models.loading import (
     BUILTIN_MODELS,
     BuiltinModel,
@@ -345,7 +346,7 @@ def test_a_temporary_directory_named_like_a_model_is_refused(tmp_path, monkeypat
     (tmp_path / "model" / "config.json").write_text("{}")
     monkeypatch.setattr(tempfile, "tempdir", str(odd))
     with pytest.raises(ModelLoadError, match=r"set TMPDIR to a path without them") as err:
-        models._hooked_config(tmp_path / "model", "x", torch.float32, None)
+        tl_line._hooked_config(tmp_path / "model", "x", torch.float32, None)
     one_line(err)
 
 
