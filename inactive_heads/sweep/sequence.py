@@ -8,10 +8,11 @@ thresholds are calibrated, the scores), the thresholds, the reused p = 0 records
 and, once, the tables. An :class:`Executor` only runs passes and writes their records: the local
 one (:mod:`inactive_heads.sweep.executors.local`) or Ray actors (:mod:`inactive_heads.sweep.executors.ray`).
 
-Re-running the same sequence skips finished runs, so an interrupted sweep loses nothing. A resume
-must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the batch
-size and the device index may change (answers do not depend on them, log-likelihoods only within
-float rounding).
+Re-running the same sequence skips finished runs, so an interrupted sweep loses nothing, and its
+records equal an uninterrupted sweep's to the byte (timings aside) wherever it was killed. A
+resume must compute in the same dtype on the same device type (``cpu``, ``cuda``, ``mps``); the
+batch size and the device index may change (answers do not depend on them; a changed batch size
+moves log-likelihoods within float rounding).
 """
 
 from pathlib import Path
