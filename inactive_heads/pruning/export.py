@@ -33,6 +33,7 @@ from ..models.architectures import by_class, classes_with
 from ..models.devices import resolve_dtype
 from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
 from .static import check_heads
+from .tensor_files import CheckpointReader, write_checkpoint
 
 MODES = ("zeroed", "pruned")
 MODELING_FILE = "modeling_pruned_heads.py"
@@ -89,28 +90,36 @@ def _check_layout(config, arch: str, mode: str) -> tuple[int, int, int]:
     return n_heads, n_kv, d_head
 
 
+def pruned_tensor(name: str, tensor: torch.Tensor, kept_q: list[list[int]], kept_kv: list[list[int]],
+                  d_head: int) -> list[tuple[str, torch.Tensor]]:
+    """What the pruned checkpoint holds for one tensor of the dense one (Llama/Qwen2 names): the
+    tensor, its kept rows or columns, nothing (a layer with no head left keeps no attention and no
+    input norm), or the ``o_proj`` bias of such a layer renamed ``o_bias``."""
+    parts = name.split(".")
+    if len(parts) < 4 or parts[:2] != ["model", "layers"] or not parts[2].isdigit():
+        return [(name, tensor)]
+    layer = int(parts[2])
+    attn = f"model.layers.{layer}.self_attn."
+    q, kv = kept_q[layer], kept_kv[layer]
+    if not q:
+        if name == attn + "o_proj.bias":
+            return [(attn + "o_bias", tensor)]
+        if name.startswith(attn) or name == f"model.layers.{layer}.input_layernorm.weight":
+            return []
+        return [(name, tensor)]
+    if name == attn + "o_proj.weight":
+        return [(name, tensor[:, _rows(d_head, q)].clone())]
+    for proj, heads in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+        if name in (attn + f"{proj}.weight", attn + f"{proj}.bias"):
+            return [(name, tensor[_rows(d_head, heads)].clone())]
+    return [(name, tensor)]
+
+
 def pruned_state_dict(state: dict[str, torch.Tensor], removed: list[list[int]], n_heads: int, n_kv_heads: int,
                       d_head: int) -> dict[str, torch.Tensor]:
     """The weights of the pruned model from the dense model's ``state_dict`` (Llama/Qwen2 names)."""
     kept_q, kept_kv = kept_heads(removed, n_heads, n_kv_heads)
-    out = dict(state)
-    for layer, (q, kv) in enumerate(zip(kept_q, kept_kv)):
-        prefix = f"model.layers.{layer}."
-        attn = prefix + "self_attn."
-        if not q:
-            for name in [k for k in out if k.startswith(attn)]:
-                bias = out.pop(name)
-                if name == attn + "o_proj.bias":
-                    out[attn + "o_bias"] = bias
-            out.pop(prefix + "input_layernorm.weight", None)
-            continue
-        rows_q, rows_kv = _rows(d_head, q), _rows(d_head, kv)
-        for name, rows in (("q_proj", rows_q), ("k_proj", rows_kv), ("v_proj", rows_kv)):
-            out[attn + f"{name}.weight"] = state[attn + f"{name}.weight"][rows].clone()
-            if attn + f"{name}.bias" in state:
-                out[attn + f"{name}.bias"] = state[attn + f"{name}.bias"][rows].clone()
-        out[attn + "o_proj.weight"] = state[attn + "o_proj.weight"][:, rows_q].clone()
-    return out
+    return {new: t for name, tensor in state.items() for new, t in pruned_tensor(name, tensor, kept_q, kept_kv, d_head)}
 
 
 def export_pruned(
@@ -175,11 +184,17 @@ def export_pruned(
 
 def _export_into(out: Path, src: Path, *, heads, mode: str, dtype, arch: str, removed: list[list[int]],
                  n_heads: int, n_kv: int, d_head: int) -> None:
-    """Write the exported checkpoint into ``out`` (an empty folder)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Write the exported checkpoint into ``out`` (an empty folder), one tensor at a time: the
+    source checkpoint is read tensor by tensor and each is written once changed, so the export
+    holds one tensor in memory, never a copy of the model."""
+    from transformers import AutoTokenizer
 
-    load_dtype = "auto" if dtype is None else resolve_dtype(dtype)
-    hf = AutoModelForCausalLM.from_pretrained(src, dtype=load_dtype, attn_implementation="eager")
+    from . import modeling_pruned_heads
+
+    reader = CheckpointReader(src)
+    config = read_hf_config(src)
+    target = _target_dtype(config, reader, dtype)
+    config.dtype = target
     info: dict[str, Any] = {
         "mode": mode,
         "source": str(src),
@@ -189,50 +204,84 @@ def _export_into(out: Path, src: Path, *, heads, mode: str, dtype, arch: str, re
     }
     if hasattr(heads, "to_dict"):
         info["head_set"] = heads.to_dict()
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+
+    def cast(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        if tied and name == "lm_head.weight":
+            return []  # the input embedding, written once
+        return [(name, tensor.to(target) if tensor.is_floating_point() else tensor)]
+
     if mode == "zeroed":
-        _save_zeroed(hf, removed, d_head, out)
+        transform = _zeroing(cast, removed, d_head)
     else:
-        info.update(_save_pruned(hf, removed, n_heads, n_kv, d_head, arch, out))
+        kept_q, kept_kv = kept_heads(removed, n_heads, n_kv)
+        transform = _pruning(cast, kept_q, kept_kv, d_head)
+        info.update(_pruned_config(config, kept_q, kept_kv, n_kv, arch))
+        shutil.copyfile(Path(modeling_pruned_heads.__file__), out / MODELING_FILE)
+    write_checkpoint(reader, transform, out)
+    _save_configs(config, src, out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
     write_text_atomic(out / "export_info.json", json.dumps(info, indent=1) + "\n")
 
 
-def _save_zeroed(hf, removed: list[list[int]], d_head: int, out: Path) -> None:
-    """The checkpoint with each removed head's ``o_proj`` columns set to zero."""
-    with torch.no_grad():
-        for layer, hs in enumerate(removed):
-            if hs:
-                hf.model.layers[layer].self_attn.o_proj.weight[:, _rows(d_head, hs)] = 0.0
-    hf.save_pretrained(out)
+def _target_dtype(config, reader: CheckpointReader, dtype) -> torch.dtype:
+    """The dtype written: the one asked for, else as ``from_pretrained(dtype="auto")`` would load
+    (the config's, else the first floating tensor's)."""
+    if dtype is not None:
+        return resolve_dtype(dtype)
+    stated = getattr(config, "dtype", None)
+    if stated is not None:
+        return resolve_dtype(str(stated).removeprefix("torch."))
+    for name in reader.names():
+        if reader.meta(name).is_floating_point():
+            return reader.meta(name).dtype
+    return torch.float32
 
 
-def _save_pruned(hf, removed: list[list[int]], n_heads: int, n_kv: int, d_head: int, arch: str,
-                 out: Path) -> dict[str, Any]:
-    """The checkpoint without the removed heads' weights, in the pruned model class (with its
-    modeling file); returns what ``export_info.json`` adds about the kept heads."""
-    from . import modeling_pruned_heads
+def _zeroing(cast, removed: list[list[int]], d_head: int):
+    """The transform that sets each removed head's ``o_proj`` input columns to zero."""
+    targets = {f"model.layers.{layer}.self_attn.o_proj.weight": _rows(d_head, hs)
+               for layer, hs in enumerate(removed) if hs}
 
-    kept_q, kept_kv = kept_heads(removed, n_heads, n_kv)
-    state = pruned_state_dict(hf.state_dict(), removed, n_heads, n_kv, d_head)
-    cfg = hf.config
+    def transform(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        out = cast(name, tensor)
+        if name in targets and out:
+            out[0][1][:, targets[name]] = 0.0  # the tensor was read into memory of its own
+        return out
+
+    return transform
+
+
+def _pruning(cast, kept_q: list[list[int]], kept_kv: list[list[int]], d_head: int):
+    """The transform that keeps the kept heads' weights only (:func:`pruned_tensor`)."""
+    def transform(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        return [pair for new, t in cast(name, tensor) for pair in pruned_tensor(new, t, kept_q, kept_kv, d_head)]
+
+    return transform
+
+
+def _pruned_config(config, kept_q: list[list[int]], kept_kv: list[list[int]], n_kv: int,
+                   arch: str) -> dict[str, Any]:
+    """Name the pruned model class and its kept heads in ``config``; returns what
+    ``export_info.json`` adds about the kept heads."""
     cls_name = PRUNED_CLASSES[arch]
-    cfg.kept_query_heads = kept_q
-    cfg.kept_kv_heads = kept_kv
-    cfg.num_attention_heads_per_layer = [len(q) for q in kept_q]
-    cfg.num_key_value_heads_per_layer = [len(kv) for kv in kept_kv]
-    cfg.architectures = [cls_name]
-    cfg.auto_map = {"AutoModelForCausalLM": f"{Path(MODELING_FILE).stem}.{cls_name}"}
-    pruned = getattr(modeling_pruned_heads, cls_name)(cfg)
-    pruned.to(next(hf.parameters()).dtype)
-    missing, unexpected = pruned.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight"} if getattr(cfg, "tie_word_embeddings", False) else set()
-    if set(missing) - tied or unexpected:
-        raise RuntimeError(f"pruned weights do not fit the pruned model: missing {missing}, unexpected {unexpected}")
-    if tied:
-        pruned.tie_weights()
-    pruned.generation_config = hf.generation_config
-    pruned.eval()
-    pruned.save_pretrained(out)
-    shutil.copyfile(Path(modeling_pruned_heads.__file__), out / MODELING_FILE)
+    config.kept_query_heads = kept_q
+    config.kept_kv_heads = kept_kv
+    config.num_attention_heads_per_layer = [len(q) for q in kept_q]
+    config.num_key_value_heads_per_layer = [len(kv) for kv in kept_kv]
+    config.architectures = [cls_name]
+    config.auto_map = {"AutoModelForCausalLM": f"{Path(MODELING_FILE).stem}.{cls_name}"}
     return {"kept_query_heads": kept_q, "kept_kv_heads": kept_kv,
             "n_removed_kv_heads": sum(n_kv - len(kv) for kv in kept_kv)}
+
+
+def _save_configs(config, src: Path, out: Path) -> None:
+    """``config.json`` and ``generation_config.json`` (the source's, else one from the config)."""
+    from transformers import GenerationConfig
+
+    config.save_pretrained(out)
+    if (src / "generation_config.json").is_file():
+        generation = GenerationConfig.from_pretrained(src)
+    else:
+        generation = GenerationConfig.from_model_config(config)
+    generation.save_pretrained(out)
