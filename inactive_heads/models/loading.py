@@ -323,6 +323,10 @@ def load_model(
         level = logging.INFO if chosen == "hooked" else logging.WARNING
         logger.log(level, "%s (%s): backend %s, because %s", spec, architecture, chosen, reason)
     ctx = n_ctx or context_length(config)
+    if chosen == "hooked":
+        from .memory import check_hooked_memory  # before any weight is read
+
+        check_hooked_memory(config, dtype, device)
     with _hf_progress_bars(progress):
         if chosen == "hooked":
             model, tokenizer = tl_line.build_hooked(local_dir, official_name, dtype, device, ctx, n_devices)

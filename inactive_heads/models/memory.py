@@ -1,0 +1,39 @@
+"""Memory a model build needs, checked before any weight is read (docs/fullsize.md)."""
+
+import torch
+
+from .gguf import ModelLoadError
+
+
+# Peak resident memory of a HookedTransformer build on the CPU, as a multiple of the weights'
+# bytes: the Hugging Face model, the converted state dict and the HookedTransformer's own
+# parameters are alive together (measured on TransformerLens 3.9: docs/fullsize.md).
+HOOKED_BUILD_COPIES = 3.0
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (``MemAvailable`` of /proc/meminfo on Linux)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def check_hooked_memory(config, dtype: torch.dtype, device) -> None:
+    """Refuse, in one line and before any weight is read, a HookedTransformer build on the CPU
+    that needs more memory than is available (the kernel would kill it without a message); the
+    TransformerLens 4 line wraps the Hugging Face weights without a copy."""
+    if torch.device(device or "cpu").type != "cpu":
+        return
+    from ..pruning.accountant import ModelShape
+    from .loading import architecture_of
+
+    weights = ModelShape.from_hf_config(config).n_params() * torch.empty((), dtype=dtype).element_size()
+    need, free = HOOKED_BUILD_COPIES * weights, available_memory()
+    if need > free:
+        gb = 2**30
+        raise ModelLoadError(
+            f"building a HookedTransformer of {architecture_of(config)} in {str(dtype).removeprefix('torch.')} "
+            f"needs about {need / gb:.1f} GiB ({weights / gb:.1f} GiB of weights x {HOOKED_BUILD_COPIES:g} copies "
+            f"while built) but {free / gb:.1f} GiB is available; use the TransformerLens 4 line (make setup TL=4: "
+            "its TransformerBridge wraps the weights, about 1x), or a machine with more memory"
+        )
