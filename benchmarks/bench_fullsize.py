@@ -95,10 +95,18 @@ def load_average() -> float:
 def hf_twin(model):
     """The Hugging Face model class of a ``TransformerBridge``, built on the meta device and given
     the bridge's own weight tensors (no copy): Hugging Face's forward, not the bridge's components
-    (the bridge replaces the attention modules inside ``model.original_model``)."""
+    (the bridge replaces the attention modules inside ``model.original_model``). For a
+    ``HookedTransformer`` (TransformerLens 3.9), the Hugging Face model loaded from its folder."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    import inactive_heads as ih
+    from inactive_heads.models.tl_line import is_bridge
+
+    if not is_bridge(model):  # a HookedTransformer holds converted copies: HF's model is read again
+        info = ih.model_info(model)
+        return AutoModelForCausalLM.from_pretrained(info.source, dtype=getattr(torch, info.dtype),
+                                                    attn_implementation="eager").eval()
     wrapped = model.original_model
     state = {n.replace("._original_component", ""): p for n, p in wrapped.named_parameters()}
     config = wrapped.config
