@@ -197,7 +197,7 @@ def cut_layers(src: Path, out: Path, n_layers: int, dtype: str) -> Path:
     import torch
 
     from inactive_heads.models.loading import read_hf_config
-    from inactive_heads.pruning.tensor_files import CheckpointReader, write_checkpoint
+    from inactive_heads.core.tensor_files import CheckpointReader, write_checkpoint
 
     target = getattr(torch, dtype)
 

@@ -35,7 +35,7 @@ def random_model_dir(spec: str, directory, *, n_layers: int | None = None, dtype
     from transformers import GenerationConfig, PreTrainedTokenizerFast
 
     from inactive_heads.pruning.accountant import model_shape
-    from inactive_heads.pruning.tensor_files import write_checkpoint
+    from inactive_heads.core.tensor_files import write_checkpoint
 
     shape = model_shape(spec)
     if shape.family not in families:

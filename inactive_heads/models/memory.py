@@ -20,16 +20,25 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def check_hooked_memory(config, dtype: torch.dtype, device) -> None:
+def check_hooked_memory(local_dir, config, dtype: torch.dtype, device) -> None:
     """Refuse, in one line and before any weight is read, a HookedTransformer build on the CPU
     that needs more memory than is available (the kernel would kill it without a message); the
-    TransformerLens 4 line wraps the Hugging Face weights without a copy."""
+    TransformerLens 4 line wraps the Hugging Face weights without a copy.
+
+    The weights' bytes are their element count, read from the safetensors headers of
+    ``local_dir`` (no weight is read), times the bytes of ``dtype``; a folder without safetensors
+    is not checked."""
     if torch.device(device or "cpu").type != "cpu":
         return
-    from ..pruning.accountant import ModelShape
+    from ..core.errors import UserError
+    from ..core.tensor_files import CheckpointReader
     from .loading import architecture_of
 
-    weights = ModelShape.from_hf_config(config).n_params() * torch.empty((), dtype=dtype).element_size()
+    try:
+        n_elements = CheckpointReader(local_dir).n_elements()
+    except UserError:
+        return
+    weights = n_elements * torch.empty((), dtype=dtype).element_size()
     need, free = HOOKED_BUILD_COPIES * weights, available_memory()
     if need > free:
         gb = 2**30

@@ -33,7 +33,7 @@ from ..models.architectures import by_class, classes_with
 from ..models.devices import resolve_dtype
 from ..models.loading import architecture_of, read_hf_config, resolve_model_dir
 from .static import check_heads
-from .tensor_files import CheckpointReader, write_checkpoint
+from ..core.tensor_files import CheckpointReader, write_checkpoint
 
 MODES = ("zeroed", "pruned")
 MODELING_FILE = "modeling_pruned_heads.py"

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from inactive_heads.core.errors import UserError
-from inactive_heads.pruning.tensor_files import INDEX_FILE, CheckpointReader, write_checkpoint
+from inactive_heads.core.tensor_files import INDEX_FILE, CheckpointReader, write_checkpoint
 
 
 def _tensors():
@@ -74,7 +74,7 @@ def test_a_sharded_export_loads_in_transformers_like_a_single_file(tmp_path, mon
     from transformers import AutoModelForCausalLM
 
     import inactive_heads as ih
-    from inactive_heads.pruning import tensor_files
+    from inactive_heads.core import tensor_files
     from tiny import save_tiny_family
 
     tokenizer = _word_tokenizer(tmp_path / "tok")

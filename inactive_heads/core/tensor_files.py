@@ -11,6 +11,7 @@ alone (each tensor's transformation is first applied to a ``meta`` tensor).
 """
 
 import json
+import math
 import os
 import struct
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.errors import UserError
+from .errors import UserError
 
 # safetensors dtype names <-> torch dtypes
 DTYPES = {
@@ -70,6 +71,10 @@ class CheckpointReader:
         """A ``meta`` tensor of the stored shape and dtype (no data)."""
         _, _, entry = self.entries[name]
         return torch.empty(entry["shape"], dtype=DTYPES[entry["dtype"]], device="meta")
+
+    def n_elements(self) -> int:
+        """Elements of every tensor, from the headers alone."""
+        return sum(math.prod(entry["shape"]) for _, _, entry in self.entries.values())
 
     def get(self, name: str) -> torch.Tensor:
         """The stored tensor, read from disk into memory of its own."""
