@@ -326,7 +326,7 @@ def load_model(
     if chosen == "hooked":
         from .memory import check_hooked_memory  # before any weight is read
 
-        check_hooked_memory(local_dir, config, dtype, device)
+        check_hooked_memory(local_dir, architecture, dtype, device)
     with _hf_progress_bars(progress):
         if chosen == "hooked":
             model, tokenizer = tl_line.build_hooked(local_dir, official_name, dtype, device, ctx, n_devices)

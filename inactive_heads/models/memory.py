@@ -20,7 +20,7 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def check_hooked_memory(local_dir, config, dtype: torch.dtype, device) -> None:
+def check_hooked_memory(local_dir, architecture: str, dtype: torch.dtype, device) -> None:
     """Refuse, in one line and before any weight is read, a HookedTransformer build on the CPU
     that needs more memory than is available (the kernel would kill it without a message); the
     TransformerLens 4 line wraps the Hugging Face weights without a copy.
@@ -32,7 +32,6 @@ def check_hooked_memory(local_dir, config, dtype: torch.dtype, device) -> None:
         return
     from ..core.errors import UserError
     from ..core.tensor_files import CheckpointReader
-    from .loading import architecture_of
 
     try:
         n_elements = CheckpointReader(local_dir).n_elements()
@@ -43,7 +42,7 @@ def check_hooked_memory(local_dir, config, dtype: torch.dtype, device) -> None:
     if need > free:
         gb = 2**30
         raise ModelLoadError(
-            f"building a HookedTransformer of {architecture_of(config)} in {str(dtype).removeprefix('torch.')} "
+            f"building a HookedTransformer of {architecture} in {str(dtype).removeprefix('torch.')} "
             f"needs about {need / gb:.1f} GiB ({weights / gb:.1f} GiB of weights x {HOOKED_BUILD_COPIES:g} copies "
             f"while built) but {free / gb:.1f} GiB is available; use the TransformerLens 4 line (make setup TL=4) or "
             "backend='bridge': a TransformerBridge wraps the weights without a copy"

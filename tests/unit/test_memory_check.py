@@ -49,7 +49,7 @@ def test_an_8b_build_that_does_not_fit_is_refused_with_need_and_free(tmp_path, m
     weights = LLAMA_8B_PARAMS * 2  # bfloat16
     need = memory.HOOKED_BUILD_COPIES * weights / 2**30
     with pytest.raises(ih.UserError) as err:
-        memory.check_hooked_memory(directory, _llama_8b_config(), torch.bfloat16, "cpu")
+        memory.check_hooked_memory(directory, "LlamaForCausalLM", torch.bfloat16, "cpu")
     message = str(err.value)
     assert "\n" not in message
     assert f"needs about {need:.1f} GiB ({weights / 2**30:.1f} GiB of weights" in message
@@ -60,11 +60,11 @@ def test_a_build_that_fits_or_runs_on_a_gpu_is_not_refused(tmp_path, monkeypatch
     directory = _sparse_checkpoint(tmp_path / "llama8b", _llama_8b_config())
     weights = LLAMA_8B_PARAMS * 4  # float32
     monkeypatch.setattr(memory, "available_memory", lambda: int(memory.HOOKED_BUILD_COPIES * weights) + 1)
-    memory.check_hooked_memory(directory, _llama_8b_config(), torch.float32, "cpu")
+    memory.check_hooked_memory(directory, "LlamaForCausalLM", torch.float32, "cpu")
     monkeypatch.setattr(memory, "available_memory", lambda: int(memory.HOOKED_BUILD_COPIES * weights) - 1)
     with pytest.raises(ih.UserError, match="needs about"):
-        memory.check_hooked_memory(directory, _llama_8b_config(), torch.float32, "cpu")
-    memory.check_hooked_memory(directory, _llama_8b_config(), torch.float32, "cuda")  # host memory is not the limit
+        memory.check_hooked_memory(directory, "LlamaForCausalLM", torch.float32, "cpu")
+    memory.check_hooked_memory(directory, "LlamaForCausalLM", torch.float32, "cuda")  # host memory is not the limit
 
 
 @pytest.mark.hooked
