@@ -28,16 +28,20 @@ Stages, in this order, in one process, in ``--dtype`` (bfloat16 by default) on t
    float32, and the same three checks there, plus Hugging Face's own bfloat16-vs-float32 difference
    on that cut (the rounding that bounds any bfloat16 comparison).
 
-Memory: after each stage ``VmHWM`` (the process's resident high-water mark so far, from
+Memory: before each stage the available memory, after it ``VmHWM`` (the process's resident high-water mark so far, from
 /proc/self/status) and the stage's own peak (resident set sampled every 20 ms by a thread). Both
 as a ratio to the weights' bytes (the safetensors files). ``uptime``'s load average is printed
-beside the times: the CPU is shared. The last line printed is one JSON object.
+beside the times: the CPU is shared. Major page faults per stage say whether weight pages were
+read back from disk (memory-mapped weights are evictable: where the machine has less memory
+available than the weights, the resident figures are bounded by it, and the faults show it).
+The last line printed is one JSON object.
 """
 
 import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -72,6 +76,11 @@ class Memory:
         while not self.stop.is_set():
             self.peak = max(self.peak, self.process.memory_info().rss)
             time.sleep(self.interval)
+
+    def available(self) -> int:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
 
     def reset(self) -> None:
         self.peak = self.process.memory_info().rss
@@ -263,17 +272,22 @@ class Stages:
 
     def run(self, name: str, fn):
         gc.collect()
+        print(f"{name}: start, {self.memory.available() / 2**30:.1f} GiB available", file=sys.stderr, flush=True)
         self.memory.reset()
         load = load_average()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         start = time.perf_counter()
         out = fn()
         seconds = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - faults
         peak, hwm = max(self.memory.peak, self.memory.process.memory_info().rss), Memory.hwm()
         self.rows[name] = {"seconds": round(seconds, 2), "peak_rss": peak, "peak_ratio": round(peak / self.weights, 3),
                            "vmhwm": hwm, "vmhwm_ratio": round(hwm / self.weights, 3),
-                           "load_average": round((load + load_average()) / 2, 2)}
+                           "load_average": round((load + load_average()) / 2, 2), "major_faults": faults,
+                           "mem_available_after": self.memory.available()}
         print(f"{name:9s} {seconds:8.1f} s  stage peak {peak / 2**30:6.2f} GiB ({peak / self.weights:.3f}x)  "
-              f"VmHWM {hwm / 2**30:6.2f} GiB ({hwm / self.weights:.3f}x)  load {self.rows[name]['load_average']}",
+              f"VmHWM {hwm / 2**30:6.2f} GiB ({hwm / self.weights:.3f}x)  load {self.rows[name]['load_average']}  "
+              f"major faults {faults}  available {self.rows[name]['mem_available_after'] / 2**30:.1f} GiB",
               flush=True)
         return out
 
