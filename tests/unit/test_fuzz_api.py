@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 import inactive_heads as ih
 from inactive_heads import cli
 from inactive_heads.core.errors import InactiveHeadsError, UserError
+from inactive_heads.evaluation.registry import check_task_options
 from synthetic_sweep import synthetic_head_scores, write_synthetic_sweep
 from tiny import TINY_GQA_VOCAB, random_sequences, tiny_gqa_model
 
@@ -682,9 +683,42 @@ def _tasks(data, env):
     elif which == "task_spec":
         spec = expect(lambda: ih.task_spec(task))
         if not isinstance(spec, UserError):
-            expect(lambda: spec.check_options(limit=limit, subjects=data.draw(st.one_of(st.none(), wrong_type))))
+            subjects = data.draw(st.one_of(st.none(), wrong_type))
+            expect(lambda: check_task_options(spec.name, limit=limit, subjects=subjects))
     else:
         expect(lambda: ih.plan_for_task(env.model, task, limit=limit, source=source))
+
+
+# One wrong field of a Task each (the rest a valid multiple-choice task): register_task refuses it.
+_BAD_TASK_FIELDS = {
+    "name": st.one_of(wrong_type, st.sampled_from(("", " t", "lm-eval:t"))),
+    "kind": st.one_of(unknown(("multiple_choice", "generation")), wrong_type),
+    "metrics": st.one_of(wrong_type, st.sampled_from(((), ("acc_norm",), ("acc", "f1"), ([1],), ("exact_match",)))),
+    "num_fewshot": bad_int.filter(lambda v: v != 0 and v is not None),
+    "fewshot_sampler": st.one_of(unknown(("default", "first_n")), wrong_type),
+    "docs": st.sampled_from((3, "x", b"x", 2.5, True)),
+    "doc_to_text": st.just(None),
+}
+
+
+@case("Task", "register_task", "unregister_task", "get_task", examples=20)
+def _task_registry(data, env):
+    which = branch(("task", "register", "unregister", "get"))
+    if which == "task":
+        field = data.draw(st.sampled_from(sorted(_BAD_TASK_FIELDS)))
+        fields = {"name": "fuzz_task", "docs": {"test": []}, "doc_to_text": str, "doc_to_choice": list,
+                  "doc_to_target": len, field: data.draw(_BAD_TASK_FIELDS[field])}
+        out = expect(lambda: ih.register_task(ih.Task(**fields)))
+        assert isinstance(out, UserError), f"a task with a bad {field} was registered"
+    elif which == "register":
+        expect(lambda: ih.register_task(data.draw(wrong_type)))
+        builtin = ih.get_task(data.draw(st.sampled_from(ih.TASKS)))
+        assert isinstance(expect(lambda: ih.register_task(builtin, overwrite=True)), UserError)
+    elif which == "unregister":
+        name = data.draw(st.one_of(st.sampled_from(ih.TASKS), unknown(ih.TASKS + ("gsm8k",)), wrong_type))
+        assert isinstance(expect(lambda: ih.unregister_task(name)), UserError)
+    else:
+        expect(lambda: ih.get_task(data.draw(st.one_of(unknown(ih.TASKS + ("gsm8k",)), wrong_type))))
 
 
 @case("read_text_file", "lambada_passages")

@@ -113,7 +113,7 @@ class Task:
         if self.kind not in KINDS:
             raise UserError(f"task {self.name!r}: unknown kind {self.kind!r}; use one of {', '.join(KINDS)}")
         allowed = ("acc", "acc_norm") if self.kind == "multiple_choice" else ("exact_match",)
-        if not self.metrics or self.metrics[0] != allowed[0] or not set(self.metrics) <= set(allowed):
+        if not self.metrics or self.metrics[0] != allowed[0] or not all(m in allowed for m in self.metrics):
             raise UserError(f"task {self.name!r}: a {self.kind} task's metrics are {allowed[0]!r}"
                             + (", then optionally 'acc_norm'" if len(allowed) > 1 else "") + f"; got {self.metrics!r}")
         shots = self.num_fewshot
@@ -158,6 +158,8 @@ def register_task(task: Task, *, overwrite: bool = False, _builtin: bool = False
 
 def unregister_task(name: str) -> None:
     """Remove a registered task (the built-in tasks stay)."""
+    if not isinstance(name, str):
+        raise WrongTypeError(f"unregister_task takes a task name, got {type(name).__name__}")
     if name in _BUILTIN:
         raise UserError(f"{name!r} is a built-in task and cannot be removed")
     if name not in _REGISTRY:
