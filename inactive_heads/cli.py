@@ -476,14 +476,44 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads-per-worker", type=int, default=None, help="CPU threads per Ray actor (default 1)")
 
 
+def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--estimate", action="store_true",
+                        help="time a short sample of real passes here and print the predicted wall time and peak "
+                        "memory of the whole run; runs nothing else, writes nothing")
+    parser.add_argument("--json", action="store_true",
+                        help="with --estimate: print one JSON object (seconds, peak_bytes, projection)")
+
+
+def _print_estimate(estimate, as_json: bool) -> int:
+    if as_json:
+        import json
+
+        print(json.dumps(estimate.to_dict()))
+    else:
+        print(estimate.summary())
+    return 0
+
+
+def _check_estimate_options(args: argparse.Namespace) -> None:
+    if args.json and not args.estimate:
+        raise UserError("--json applies to --estimate; add --estimate, or drop --json")
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     from .sweep.run import run_sweep
 
+    _check_estimate_options(args)
     config = _sweep_config(args)
     ray_options = dict(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                        threads_per_worker=args.threads_per_worker)
     if args.executor == "local" and any(v is not None for v in ray_options.values()):
         raise UserError("--address, --workers, --gpus-per-worker and --threads-per-worker need --executor ray")
+    if args.estimate:
+        if args.executor != "local":
+            raise UserError("--estimate times the local executor on this machine; drop --executor ray to estimate")
+        from .sweep.estimate import estimate_sweep
+
+        return _print_estimate(estimate_sweep(config, args.out), args.json)
     if args.executor == "ray":
         run_sweep(config, args.out, executor="ray", **ray_options)
     else:
@@ -494,6 +524,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
 def _add_sweep_command_arguments(parser: argparse.ArgumentParser) -> None:
     _add_sweep_arguments(parser)
     _add_executor_arguments(parser)
+    _add_estimate_arguments(parser)
 
 
 register_subcommand("sweep", "calibrate, then evaluate every (score, threshold) ablation; resumable",
@@ -504,12 +535,18 @@ def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid_file", metavar="GRID.toml",
                         help="models, tasks and sweep options (see the inactive_heads.sweep.grid docstring)")
     parser.add_argument("--tolerance", type=_tolerance, default=1.0, help="accuracy points for 'within' (default 1)")
+    _add_estimate_arguments(parser)
 
 
 def _run_grid(args: argparse.Namespace) -> int:
     from .sweep.grid import GridConfig, _markdown, run_grid
 
+    _check_estimate_options(args)
     grid = GridConfig.load(args.grid_file)
+    if args.estimate:
+        from .sweep.estimate import estimate_grid
+
+        return _print_estimate(estimate_grid(grid), args.json)
     table = run_grid(grid, tolerance=args.tolerance)
     print(_markdown(table))
     print(f"\nwritten: {Path(grid.out) / 'compare.md'}, compare.csv, compare.html")
