@@ -331,6 +331,7 @@ def evaluate(
     attention: str = "auto",
     decision: str | None = None,
     max_gen_toks: int | None = None,
+    bar=None,
 ) -> "EvalResult | GenerationResult":
     """Accuracy of ``model`` on a task, optionally with heads zeroed by ``ablation``.
 
@@ -369,6 +370,9 @@ def evaluate(
     a :class:`GenerationResult`): ``decision`` = ``"per_step"`` (default, the authors' protocol)
     or ``"prompt"``, ``max_gen_toks`` (default 256); ``reuse_prefix=True`` with ``per_step`` runs
     the few-shot prefix once per decision history (the same tokens up to float rounding).
+
+    ``bar``: a tqdm bar that a log-likelihood pass advances by one per input instead of its own
+    (a sweep's one bar over all its passes); it is left open.
     """
     if isinstance(task, EvalPlan):
         _refuse_plan_options(subjects=subjects, limit=limit, num_fewshot=num_fewshot,
@@ -392,7 +396,7 @@ def evaluate(
     )
     return _evaluate_plan(model, plan, as_ablation(ablation), batch_size=batch_size, progress=progress,
                           reuse_prefix=reuse_prefix, attention=attention, record=record,
-                          record_description=record_description)
+                          record_description=record_description, bar=bar)
 
 
 def _refuse_plan_options(**options) -> None:
@@ -404,16 +408,20 @@ def _refuse_plan_options(**options) -> None:
 
 
 def _evaluate_plan(model, plan: EvalPlan, abl: HeadAblation | None, *, batch_size: int, progress: bool,
-                   reuse_prefix: bool, attention: str, record, record_description: str | None) -> EvalResult:
+                   reuse_prefix: bool, attention: str, record, record_description: str | None,
+                   bar=None) -> EvalResult:
     """:func:`evaluate` of a log-likelihood plan: one scoring pass, summarized, with its config."""
     info = model_info(model)
-    bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
-               unit="seq", disable=not progress, leave=False)
+    own_bar = bar is None
+    if own_bar:
+        bar = tqdm(total=len(plan.inputs), desc=f"{plan.task}" + (f" [{abl.name}]" if abl else ""),
+                   unit="seq", disable=not progress, leave=False)
     start = time.perf_counter()
     run = score_plan(model, plan, abl, batch_size=batch_size, bar=bar, reuse_prefix=reuse_prefix,
                      attention=attention, record=record)
     reuse_info = run.prefix_reuse
-    bar.close()
+    if own_bar:
+        bar.close()
     seconds = time.perf_counter() - start
     result = summarize(plan, run.lls, stats=abl.stats if abl is not None else None)
     result.seconds = round(seconds, 3)

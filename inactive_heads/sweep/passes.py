@@ -67,20 +67,22 @@ def scores_description(config: SweepConfig, plan) -> str:
     return f"{config.task} evaluation inputs ({len(plan.inputs)})"
 
 
-def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, record=None, prompt_ids=None):
+def evaluate_run(config: SweepConfig, model, plan, ablation, *, progress: bool, record=None, prompt_ids=None,
+                 bar=None):
     """One pass of the sweep (the baseline, with ``record``, or one ablation) with the sweep's options.
 
     A generation task generates (:func:`~inactive_heads.evaluation.generation.evaluate_generation`,
     ``config.decision``); its scores for calibration are recorded on the prompts, nothing zeroed,
     in the exact form (:func:`~inactive_heads.scoring.recording.record_scores`). ``prompt_ids``
-    (generation only): each request's index in the whole sweep, when ``plan`` is a part of it."""
+    (generation only): each request's index in the whole sweep, when ``plan`` is a part of it.
+    ``bar`` (log-likelihood tasks): the sweep's progress bar, advanced per input, in place of the pass's own."""
     if not config.is_generation:
         from ..evaluation.evaluator import evaluate
 
         return evaluate(
             model, plan, ablation=ablation, batch_size=config.batch_size, progress=progress,
             reuse_prefix=config.reuse_prefix, attention=config.evaluate_attention, record=record,
-            record_description=scores_description(config, plan) if record else None)
+            record_description=scores_description(config, plan) if record else None, bar=bar)
     from ..evaluation.generation import evaluate_generation
 
     result = evaluate_generation(model, config.task, ablation=ablation, decision=config.decision,

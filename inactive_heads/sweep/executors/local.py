@@ -54,19 +54,29 @@ class LocalExecutor:
         config, out, model, plan = self.config, self.out, self.model, self.plan
         static_sets = static_head_sets(config, out, model, self.progress) if any(
             key.endswith(STATIC_SUFFIX) for _, key, _ in todo) else {}
-        total = len(config.run_ids())
-        bar = tqdm(total=total, initial=total - len(todo), desc="sweep runs", unit="run", disable=not self.progress)
-        for rid, key, q in todo:
-            bar.set_postfix_str(rid)
+        bar = sweep_bar(config, plan, len(todo), self.progress)
+        for done, (rid, key, q) in enumerate(todo):
+            bar.set_postfix_str(f"run {done + 1}/{len(todo)}: {rid}")
             heads = static_sets.get(rid)
             tau = heads.threshold if heads is not None else run_threshold(thresholds, key, q)
-            result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=self.progress)
+            result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=self.progress,
+                                  bar=None if config.is_generation else bar)
             write_record(out, make_record(config, rid, key, q, tau, result, plan, model, heads))
-            bar.update(1)
+            if config.is_generation:
+                bar.update(1)
         bar.close()
 
     def close(self) -> None:
         pass
+
+
+def sweep_bar(config: SweepConfig, plan, runs: int, progress: bool):
+    """One bar over the sweep's pending runs, with its ETA: for log-likelihood tasks in inputs
+    (runs x inputs, advanced per batch), for generation tasks in runs."""
+    if config.is_generation:
+        return tqdm(total=runs, desc="sweep runs", unit="run", disable=not progress)
+    return tqdm(total=runs * len(plan.inputs), desc=f"sweep ({runs} runs x {len(plan.inputs)} inputs)",
+                unit="seq", disable=not progress)
 
 
 def static_head_sets(config: SweepConfig, out: Path, model, progress: bool) -> dict[str, Any]:
