@@ -22,6 +22,17 @@ and AWFT over all (prompt, layer, head) triples: the fraction of equal flags and
 flagged sets (each precision calibrates its own τ, as a user of that precision would), plus both
 accuracies. Accuracy on n questions carries a binomial standard error, printed with it.
 
+``--paper-row`` runs one row of the paper instead: AHON (LN) and AWFT at the paper's 7 quantiles
+on ``--subjects``/``--limit`` of MMLU (a sweep, ``--out`` or a temporary folder), and prints each
+run's accuracy with its 95 % interval, the realized % zeroed, τ calibrated here beside the paper's
+released τ for the model (``--paper-model``, else guessed from the model directory's name; the
+package holds the paper's thresholds, not its per-run accuracies), the measured questions/s, and
+the projected wall time and peak memory of the paper's whole grid for the model (13 scores and
+Random at 7 quantiles on all of MMLU, or ``--grid-subjects``/``--grid-limit``; the sweep
+estimator, ``inactive-heads sweep --estimate``)::
+
+    python benchmarks/gpu_check.py --model /models/Llama-3.1-8B --device cuda --paper-row --limit 20
+
 The last line printed is one JSON object.
 """
 
@@ -157,6 +168,84 @@ def run_one(args, dtype) -> dict:
     return {"figures": out, "scores": {k: hs[k] for k in AGREEMENT_SCORES}}
 
 
+def paper_model(args) -> str | None:
+    """The paper's name of ``--model`` (``--paper-model``, else a release name whose last part is the
+    model directory's name, e.g. /models/Llama-3.1-8B), or None: the paper released no thresholds for it."""
+    from inactive_heads.scoring.calibration import official_models
+
+    known = official_models("mmlu")
+    wanted = (args.paper_model or Path(args.model.rstrip("/")).name).replace("/", "_")
+    for name in known:
+        if wanted in (name, name.split("_", 1)[1]):
+            return name
+    if args.paper_model:
+        raise SystemExit(f"gpu_check: error: the paper released no MMLU thresholds for {args.paper_model!r}; "
+                         f"known: {', '.join(known)}")
+    return None
+
+
+def paper_row_lines(records, thresholds_paper) -> tuple[list[str], list[dict]]:
+    """One line (and one dict) per run of the paper row: accuracy % [95 % interval], realized % zeroed,
+    τ calibrated here and the paper's released τ for the model (where the package has it)."""
+    from inactive_heads.analysis.curves import accuracy_interval
+
+    rows = []
+    for rid, rec in sorted(records.items(), key=lambda kv: (kv[1]["score"] or "", kv[1]["p"] or 0)):
+        ci = accuracy_interval(rec["correct"])
+        paper = None if rec["score"] is None or thresholds_paper is None else thresholds_paper[rec["score"]].at(rec["p"])
+        rows.append({"run": rid, "accuracy_pct": round(ci.estimate, 2), "low": round(ci.low, 2),
+                     "high": round(ci.high, 2), "realized_pct": round(rec["realized_percent"], 2),
+                     "tau": rec["threshold"], "tau_paper": paper, "n": rec["n"]})
+    lines = [f"{'run':<18} {'accuracy % [95 % CI]':>24} {'zeroed %':>9} {'tau here':>10} {'tau paper':>10}"]
+    for r in rows:
+        tau = "-" if r["tau"] is None else f"{r['tau']:.4g}"
+        paper = "-" if r["tau_paper"] is None else f"{r['tau_paper']:.4g}"
+        lines.append(f"{r['run']:<18} {r['accuracy_pct']:>8.2f} [{r['low']:6.2f}, {r['high']:6.2f}] "
+                     f"{r['realized_pct']:>9.2f} {tau:>10} {paper:>10}")
+    return lines, rows
+
+
+def paper_row(args, dtype) -> dict:
+    """AHON (LN) and AWFT at the paper's 7 quantiles on an MMLU subset (a sweep), beside the paper's
+    figures the package has (its released thresholds), the measured questions/s, and the projected
+    time of the paper's whole grid for this model (13 scores and Random at 7 quantiles, all of MMLU)."""
+    import tempfile
+
+    import inactive_heads as ih
+    from inactive_heads.scoring.calibration import DEFAULT_QUANTILES, official_thresholds
+    from inactive_heads.scoring.scores import PAPER_SCORES
+    from inactive_heads.sweep.config import SweepConfig
+    from inactive_heads.sweep.estimate import estimate_sweep
+    from inactive_heads.sweep.run import run_sweep
+
+    model = ih.load_model(args.model, backend=args.backend, dtype=dtype, device=args.device,
+                          n_ctx=args.n_ctx, progress=False)
+    info = ih.model_info(model)
+    shared = dict(model=args.model, task="mmlu", num_fewshot=args.num_fewshot, batch_size=args.batch_size,
+                  dtype=info.dtype, backend=info.backend, device=args.device, n_ctx=args.n_ctx)
+    row = SweepConfig(subjects=args.subjects, limit=args.limit, scores=list(AGREEMENT_SCORES),
+                      quantiles=list(DEFAULT_QUANTILES), include_random=False, **shared)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_paper_row_"))
+    results = run_sweep(row, out, model=model, progress=False)
+    name = paper_model(args)
+    paper = {k: official_thresholds(name, "mmlu", k) for k in AGREEMENT_SCORES} if name else None
+    lines, rows = paper_row_lines(results.records, paper)
+    ran = [r for r in results.records.values() if "reused_from" not in r]
+    questions_per_s = sum(r["n"] for r in ran) / sum(r["seconds"] for r in ran)
+    grid = SweepConfig(subjects=args.grid_subjects, limit=args.grid_limit, scores=list(PAPER_SCORES),
+                       quantiles=list(DEFAULT_QUANTILES), include_random=True, **shared)
+    estimate = estimate_sweep(grid, model=model)
+    print("\n".join(lines))
+    print(f"paper: {'released thresholds of ' + name if name else 'no released thresholds for this model'}; "
+          "the package holds no per-run accuracies of the paper, so none are shown")
+    print(f"measured: {questions_per_s:.2f} questions/s over {len(ran)} passes; full grid "
+          f"({len(grid.run_ids())} runs): {estimate.summary()}")
+    return {"model": args.model, "dtype": info.dtype, "device": args.device, "folder": str(out),
+            "paper_model": name, "paper_accuracies": None, "runs": rows,
+            "questions_per_s": round(questions_per_s, 3), "grid_runs": len(grid.run_ids()),
+            "grid_estimate": estimate.to_dict()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="built-in alias, local HF directory or hub name")
@@ -171,6 +260,14 @@ def main(argv=None) -> int:
     parser.add_argument("--num-fewshot", type=int, default=None, help="default 5 (lm-eval's MMLU)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--no-agreement", action="store_true", help="skip the second precision")
+    row = parser.add_argument_group("--paper-row: one row of the paper instead of the checks above")
+    row.add_argument("--paper-row", action="store_true",
+                     help="AHON (LN) and AWFT at the paper's 7 quantiles on --subjects/--limit of MMLU, beside the "
+                     "paper's released thresholds, with questions/s and the projected time of the full grid")
+    row.add_argument("--paper-model", default=None, help="the paper's name of the model (default: from --model)")
+    row.add_argument("--grid-subjects", nargs="+", default=None, help="the projected grid's subjects (default all 57)")
+    row.add_argument("--grid-limit", type=int, default=None, help="the projected grid's questions per subject")
+    row.add_argument("--out", default=None, help="the paper row's sweep folder (default: a new temporary one)")
     args = parser.parse_args(argv)
     if not 1 <= args.eval_n <= args.n:
         parser.error(f"--eval-n must be between 1 and --n ({args.n}), got {args.eval_n}")
@@ -184,6 +281,9 @@ def main(argv=None) -> int:
     except ValueError as exc:
         parser.exit(2, f"gpu_check: error: {exc}\n")
     print(f"gpu_check: {args.model} on {args.device}, {str(first).removeprefix('torch.')}", file=sys.stderr)
+    if args.paper_row:
+        print(json.dumps({**library_versions(), **paper_row(args, first)}))
+        return 0
     primary = run_one(args, first)
     summary = {"model": args.model, **primary["figures"], "p": P}
     if not args.no_agreement:

@@ -74,3 +74,46 @@ def test_gpu_check_refuses_a_missing_device_in_one_line():
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert "cuda:7" in last and ("not available" in last or "does not exist" in last)
+
+
+def test_paper_row_runs_on_cpu_and_projects_the_grid(tmp_path):
+    cmd = [sys.executable, str(SCRIPT), "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32",
+           "--paper-row", "--subjects", "anatomy", "--limit", "2", "--num-fewshot", "0", "--batch-size", "2",
+           "--grid-subjects", "anatomy", "--grid-limit", "2", "--out", str(tmp_path / "row")]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    runs = {r["run"]: r for r in summary["runs"]}
+    # the baseline and AHON (LN), AWFT at p = 0, .05, ..., .30
+    assert set(runs) == {"baseline"} | {f"{k}@p={p!r}" for k in ("ahon_ln", "awft")
+                                        for p in (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)}
+    for r in runs.values():
+        assert r["n"] == 2 and r["low"] <= r["accuracy_pct"] <= r["high"] and r["tau_paper"] is None
+    assert summary["paper_model"] is None and summary["paper_accuracies"] is None  # SmolLM2 is not a paper model
+    assert summary["questions_per_s"] > 0
+    # The paper's grid: baseline + (13 scores and Random) x 7 p; the 14 runs at p = 0 reuse the baseline
+    assert summary["grid_runs"] == 1 + 14 * 7
+    assert summary["grid_estimate"]["projection"]["passes"] == {"baseline": 1, "records_scores": True,
+                                                                 "ablated": 14 * 6, "reused": 14}
+    assert "questions/s" in out.stdout and "tau paper" in out.stdout
+
+
+def test_paper_thresholds_are_the_released_ones():
+    module = _module()
+    from types import SimpleNamespace
+
+    from inactive_heads.scoring.scores import OFFICIAL_NAMES
+
+    args = SimpleNamespace(model="/models/Llama-3.1-8B/", paper_model=None)
+    assert module.paper_model(args) == "meta-llama_Llama-3.1-8B"
+    assert module.paper_model(SimpleNamespace(model="/models/my-model", paper_model=None)) is None
+    from inactive_heads.scoring.calibration import official_thresholds
+
+    released = json.loads((SCRIPT.parents[1] / "inactive_heads" / "data" / "official_thresholds.json").read_text())
+    paper = {k: official_thresholds("meta-llama_Llama-3.1-8B", "mmlu", k) for k in ("ahon_ln", "awft")}
+    record = {"score": "awft", "p": 0.1, "correct": [True, False], "realized_percent": 3.0, "threshold": 0.5, "n": 2}
+    _, rows = module.paper_row_lines({"awft@p=0.1": record}, paper)
+    # p = 0.10 is the third of the released p = 0, .05, .10, ...
+    assert rows[0]["tau_paper"] == released["mmlu"]["meta-llama_Llama-3.1-8B"][OFFICIAL_NAMES["awft"]][2]
+    assert rows[0]["accuracy_pct"] == 50.0
