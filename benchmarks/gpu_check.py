@@ -187,7 +187,7 @@ def paper_model(args) -> str | None:
 def paper_row_lines(records, thresholds_paper) -> tuple[list[str], list[dict]]:
     """One line (and one dict) per run of the paper row: accuracy % [95 % interval], realized % zeroed,
     τ calibrated here and the paper's released τ for the model (where the package has it)."""
-    from inactive_heads.analysis.curves import accuracy_interval
+    from inactive_heads.analysis.bootstrap import accuracy_interval
 
     rows = []
     for rid, rec in sorted(records.items(), key=lambda kv: (kv[1]["score"] or "", kv[1]["p"] or 0)):
