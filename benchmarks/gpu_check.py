@@ -229,8 +229,9 @@ def paper_row(args, dtype) -> dict:
     results = run_sweep(row, out, model=model, progress=False)
     name = paper_model(args)
     paper = {k: official_thresholds(name, "mmlu", k) for k in AGREEMENT_SCORES} if name else None
-    lines, rows = paper_row_lines(results.records, paper)
-    ran = [r for r in results.records.values() if "reused_from" not in r]
+    records = {rid: rec.to_json() for rid, rec in results.records.items()}  # the JSON each run wrote
+    lines, rows = paper_row_lines(records, paper)
+    ran = [r for r in records.values() if "reused_from" not in r]
     questions_per_s = sum(r["n"] for r in ran) / sum(r["seconds"] for r in ran)
     grid = SweepConfig(subjects=args.grid_subjects, limit=args.grid_limit, scores=list(PAPER_SCORES),
                        quantiles=list(DEFAULT_QUANTILES), include_random=True, **shared)

@@ -54,9 +54,9 @@ def test_estimate_counts_the_passes_and_tokens_the_sweep_runs(smollm2, tmp_path)
         results = run_sweep(small_config(), out, model=smollm2, progress=False)
     finally:
         counter.handle.remove()
-    ran = [r for r in results.records.values() if "reused_from" not in r]
+    ran = [r for r in results.records.values() if r.reused_from is None]
     assert len(ran) == 1 + p["passes"]["ablated"]
-    assert sum(1 for r in results.records.values() if "reused_from" in r) == p["passes"]["reused"]
+    assert sum(1 for r in results.records.values() if r.reused_from is not None) == p["passes"]["reused"]
     assert counter.batches == p["work"]["total"]["batches"]
     assert counter.padded == p["work"]["total"]["padded_tokens"]
     assert estimate.peak_bytes > 100 * 2**20  # the weights alone are ~0.5 GB in float32
