@@ -32,7 +32,7 @@ from pathlib import Path
 # imports huggingface_hub, which reads these once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# hypothesis (tests/unit/test_fuzz_api.py) keeps its caches outside the checkout, not in ./.hypothesis.
+# hypothesis (the fuzz tests, tests/unit/fuzz/) keeps its caches outside the checkout, not in ./.hypothesis.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                       os.path.join(__import__("tempfile").gettempdir(), "inactive-heads-hypothesis"))
 
@@ -65,10 +65,10 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The fuzz test's generated cases per public name and command (tests/unit/test_fuzz_api.py)."""
+    """The fuzz tests' generated cases per public name and command (tests/unit/fuzz/fuzz_harness.py)."""
     import sys
 
-    fuzz = sys.modules.get("test_fuzz_api")
+    fuzz = sys.modules.get("fuzz_harness")
     counts = getattr(fuzz, "COUNTS", None)
     if counts:
         terminalreporter.section("fuzzed public API: generated cases per name")
