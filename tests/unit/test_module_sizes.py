@@ -19,12 +19,10 @@ LONG_MODULES = {
     "ablation/head_ablation.py",
     "cli.py",
     "evaluation/generation.py",
-    "evaluation/tasks.py",
-    "pruning/skipping.py",
     "reporting/report.py",
 }
 LONG_FUNCTIONS = {
-    "prediction/oracle.py::evaluate_predictors",
+    "evaluation/generation.py::evaluate_generation",
 }
 
 
