@@ -22,6 +22,7 @@ LONG_MODULES = {
     "reporting/report.py",
 }
 LONG_FUNCTIONS = {
+    "evaluation/evaluator.py::evaluate",
     "evaluation/generation.py::evaluate_generation",
 }
 
