@@ -19,7 +19,6 @@ LONG_MODULES = {
     "ablation/head_ablation.py",
     "cli.py",
     "evaluation/generation.py",
-    "reporting/report.py",
 }
 LONG_FUNCTIONS = {
     "evaluation/evaluator.py::evaluate",
