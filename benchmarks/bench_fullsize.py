@@ -18,12 +18,12 @@ Stages, in this order, in one process, in ``--dtype`` (bfloat16 by default) on t
 4. ``generate``: ``--new-tokens`` greedy tokens from a ``--prompt-len``-token prompt, the heads
    decided on the prompt and held, held heads skipped (``skip=True``; families without skipping
    zero them instead);
-5. ``export``: the pruned checkpoint without the static 10 % of heads by AHON (LN) (zeroed for
-   families without a pruned class), written to ``--export`` (default ``<dir>-pruned``);
-6. ``check``: numerics at full size: the toolkit's logits, and its logits under a dynamic
+5. ``check``: numerics at full size: the toolkit's logits, and its logits under a dynamic
    ablation (AHON (LN) < 1: in every layer the heads below its mean), against the Hugging Face model class's own forward (built on the same weight tensors:
    no second copy) with the flagged heads zeroed by ``o_proj`` pre-hooks; the 13 scores against
    the loop-by-loop reference (``tests/reference_scores.py``) on one ``--check-len`` sequence;
+6. ``export``: the pruned checkpoint without the static 10 % of heads by AHON (LN) (zeroed for
+   families without a pruned class), written to ``--export`` (default ``<dir>-pruned``);
 7. ``fp32``: the model is freed; the first ``--fp32-layers`` layers cut from the same weights in
    float32, and the same three checks there, plus Hugging Face's own bfloat16-vs-float32 difference
    on that cut (the rounding that bounds any bfloat16 comparison).
@@ -121,6 +121,12 @@ def hf_twin(model):
     config = wrapped.config
     with torch.device("meta"):
         twin = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=wrapped.dtype)
+    # tensors the bridge adds (TransformerLens 3.9 gives OLMo-2's LM head a bias) must be zeros
+    own = set(twin.state_dict())
+    added = {n: t for n, t in state.items() if n not in own}
+    if any(t.count_nonzero() for t in added.values()):
+        raise RuntimeError(f"the bridge holds non-zero tensors Hugging Face's model has not: {sorted(added)}")
+    state = {n: t for n, t in state.items() if n not in added}
     missing, unexpected = twin.load_state_dict(state, strict=False, assign=True)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
@@ -322,12 +328,12 @@ def pipeline(args, stages: Stages, directory: Path) -> dict:
     generated = stages.run("generate", lambda: ih.generate(
         model, prompt, ablation=ih.DynamicAblation(SCORE, tau), decision="prompt", skip=skip,
         max_new_tokens=args.new_tokens, batch_size=1, progress=False))
+    check = random_sequences(1, args.check_len, vocab, seed=3)
+    full = stages.run("check", lambda: numerics(model, torch.tensor(check)))
     heads = ih.static_heads(hs, SCORE, P)
     mode = "pruned" if info.extra["architecture"] in PRUNED_CLASSES else "zeroed"
     export = Path(args.export or f"{directory}-pruned")
     stages.run("export", lambda: ih.export_pruned(model, heads, export, mode=mode, overwrite=True))
-    check = random_sequences(1, args.check_len, vocab, seed=3)
-    full = stages.run("check", lambda: numerics(model, torch.tensor(check)))
     del model
     gc.collect()
     return {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fullsize.py"
-STAGES = ["load", "scores", "evaluate", "generate", "export", "check", "fp32"]
+STAGES = ["load", "scores", "evaluate", "generate", "check", "export", "fp32"]
 
 
 def _run(tmp_path, config: dict, *extra: str) -> dict:
