@@ -19,8 +19,9 @@ Stages, in this order, in one process, in ``--dtype`` (bfloat16 by default) on t
    decided on the prompt and held, held heads skipped (``skip=True``; families without skipping
    zero them instead);
 5. ``check``: numerics at full size: the toolkit's logits, and its logits under a dynamic
-   ablation (AHON (LN) < 1: in every layer the heads below its mean), against the Hugging Face model class's own forward (built on the same weight tensors:
-   no second copy) with the flagged heads zeroed by ``o_proj`` pre-hooks; the 13 scores against
+   ablation (AHON (LN) < 1: in every layer the heads below its mean), against the Hugging Face
+   model class's own forward (built on the same weight tensors: no second copy) with the flagged
+   heads zeroed by ``o_proj`` pre-hooks; the 13 scores against
    the loop-by-loop reference (``tests/reference_scores.py``) on one ``--check-len`` sequence;
 6. ``export``: the pruned checkpoint without the static 10 % of heads by AHON (LN) (zeroed for
    families without a pruned class), written to ``--export`` (default ``<dir>-pruned``);
@@ -28,8 +29,8 @@ Stages, in this order, in one process, in ``--dtype`` (bfloat16 by default) on t
    float32, and the same three checks there, plus Hugging Face's own bfloat16-vs-float32 difference
    on that cut (the rounding that bounds any bfloat16 comparison).
 
-Memory: before each stage the available memory, after it ``VmHWM`` (the process's resident high-water mark so far, from
-/proc/self/status) and the stage's own peak (resident set sampled every 20 ms by a thread). Both
+Memory: before each stage the available memory, after it ``VmHWM`` (the process's resident
+high-water mark so far, from /proc/self/status) and the stage's own peak (resident set sampled every 20 ms by a thread). Both
 as a ratio to the weights' bytes (the safetensors files). ``uptime``'s load average is printed
 beside the times: the CPU is shared. Major page faults per stage say whether weight pages were
 read back from disk (memory-mapped weights are evictable: where the machine has less memory

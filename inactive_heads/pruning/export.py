@@ -119,7 +119,8 @@ def pruned_state_dict(state: dict[str, torch.Tensor], removed: list[list[int]], 
                       d_head: int) -> dict[str, torch.Tensor]:
     """The weights of the pruned model from the dense model's ``state_dict`` (Llama/Qwen2 names)."""
     kept_q, kept_kv = kept_heads(removed, n_heads, n_kv_heads)
-    return {new: t for name, tensor in state.items() for new, t in pruned_tensor(name, tensor, kept_q, kept_kv, d_head)}
+    return {new: t for name, tensor in state.items()
+            for new, t in pruned_tensor(name, tensor, kept_q, kept_kv, d_head)}
 
 
 def export_pruned(
