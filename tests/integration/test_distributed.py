@@ -150,9 +150,9 @@ def test_a_user_task_on_ray_equals_the_local_sweep_and_the_hand_computation(user
         torch.set_num_threads(threads)
     assert stable(remote.records) == stable(local.records)
     correct, correct_norm = outcomes_by_hand(model_dir, user_task.DOCS["test"])
-    assert remote.records["baseline"]["correct"] == correct
-    assert remote.records["baseline"]["correct_norm"] == correct_norm
-    assert remote.records["ahon_ln@p=0.3"]["realized_fraction"] > 0
+    assert remote.records["baseline"].correct == correct
+    assert remote.records["baseline"].correct_norm == correct_norm
+    assert remote.records["ahon_ln@p=0.3"].realized_fraction > 0
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def test_a_local_sweep_of_a_user_task_and_its_report_without_the_module(user_tas
                          dtype="float32", batch_size=4, imports=["user_task"])
     results = run_sweep(config, tmp_path / "sweep", progress=False)
     assert results.is_complete
-    assert results.records["baseline"]["correct"] == by_hand[0]
+    assert results.records["baseline"].correct == by_hand[0]
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["task"] == user_task.NAME
     # A fresh process that never imports the user module (only the package is on its path).
     env = {**os.environ, "PYTHONPATH": str(Path(ih.__file__).parents[1])}
