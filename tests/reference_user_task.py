@@ -10,14 +10,9 @@ PROMPT_HEAD = "Capitals of countries.\n\nQ: What is the capital of Japan?\nA: To
 
 def tiny_llama_dir(directory) -> str:
     """A tiny random-weight Llama saved with the SmolLM2 tokenizer (loadable by path, also by Ray workers)."""
-    from tiny import save_tiny_family
-    from transformers import AutoTokenizer
+    from tiny import save_tiny_llama_with_smollm2_tokenizer
 
-    from inactive_heads.models.loading import resolve_model_dir
-
-    local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    return str(save_tiny_family("llama-3.2", directory, tokenizer, vocab_size=len(tokenizer)))
+    return save_tiny_llama_with_smollm2_tokenizer(directory)
 
 
 def outcomes_by_hand(model_dir: str, docs: list[dict]) -> tuple[list[bool], list[bool]]:

@@ -205,3 +205,15 @@ def save_tiny_family(family: str, directory, tokenizer, *, seed: int = 0, vocab_
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def save_tiny_llama_with_smollm2_tokenizer(directory) -> str:
+    """A tiny random-weight Llama saved with the SmolLM2 tokenizer: real task prompts (its whole
+    vocabulary, 49,152 ids) and fast passes; loadable by path, also by Ray workers and subprocesses."""
+    from transformers import AutoTokenizer
+
+    from inactive_heads.models.loading import resolve_model_dir
+
+    local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(local_dir)
+    return str(save_tiny_family("llama-3.2", directory, tokenizer, vocab_size=len(tokenizer)))

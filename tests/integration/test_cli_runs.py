@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from tiny import save_tiny_family
+from tiny import save_tiny_llama_with_smollm2_tokenizer
 
 from inactive_heads.cli import main
 from inactive_heads.scoring.recording import HeadScores
@@ -15,15 +15,8 @@ from inactive_heads.sweep.results import SweepResults
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    from inactive_heads.models.loading import resolve_model_dir
-
-    local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    # Real prompts use the whole SmolLM2 vocabulary (49,152 ids).
-    return str(save_tiny_family("llama-3.2", tmp_path_factory.mktemp("tiny-llama"), tokenizer,
-                                vocab_size=len(tokenizer)))
+    """A tiny random-weight Llama saved with the SmolLM2 tokenizer: real PIQA prompts, fast passes."""
+    return save_tiny_llama_with_smollm2_tokenizer(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def test_score_writes_the_scores_of_every_prompt(tiny_dir, tmp_path, capsys):

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny import save_tiny_family
+from tiny import save_tiny_llama_with_smollm2_tokenizer
 
 from inactive_heads.sweep.folder import read_json_file
 
@@ -42,14 +42,7 @@ WAIT_S = 900
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     """A tiny random-weight Llama saved with the SmolLM2 tokenizer: real PIQA prompts, fast passes."""
-    from transformers import AutoTokenizer
-
-    from inactive_heads.models.loading import resolve_model_dir
-
-    local_dir, _ = resolve_model_dir("smollm2-135m", progress=False)
-    tokenizer = AutoTokenizer.from_pretrained(local_dir)
-    return str(save_tiny_family("llama-3.2", tmp_path_factory.mktemp("tiny-llama"), tokenizer,
-                                vocab_size=len(tokenizer)))
+    return save_tiny_llama_with_smollm2_tokenizer(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def sweep_args(model: str, out: Path) -> list[str]:
