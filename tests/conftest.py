@@ -40,9 +40,10 @@ import pytest  # noqa: E402
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
-# A user module for the Ray test, imported by that test alone: collecting it (--doctest-modules
-# imports every module under testpaths) would register its score for the whole session.
-collect_ignore = ["integration/ray_user_scores.py"]
+# User modules imported by their tests alone, and a script run as a subprocess: collecting them
+# (--doctest-modules imports every module under testpaths) would register a user score or task for
+# the whole worker, or run the script's command-line handling.
+collect_ignore = ["integration/ray_user_scores.py", "integration/user_task.py", "integration/paused_sweep.py"]
 MODEL_FIXTURES = ("smollm2", "smollm2_hooked", "smollm2_bridge")
 
 

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-STOP_AFTER = sys.argv[1]
+STOP_AFTER = sys.argv[1] if __name__ == "__main__" else None
 _replace = os.replace
 
 

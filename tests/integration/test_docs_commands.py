@@ -196,6 +196,10 @@ DOCS_SKIP = {
     "make test-fast": "the fast tier of the test suite",
     "make test": "the whole test suite, which includes this test",
     "make demo": "runs make setup first; README.md's demo commands run in this file",
+    ".venv/bin/python benchmarks/gpu_check.py --model /path/to/Llama-3.1-8B --device cuda --dtype bfloat16":
+        "needs a CUDA GPU and a full-size model (tests/integration/test_gpu_check.py runs the script at a tiny shape)",
+    ".venv/bin/python benchmarks/gpu_check.py --model /path/to/Llama-3.1-8B --device cuda --paper-row --limit 20":
+        "needs a CUDA GPU and a full-size model (tests/integration/test_gpu_check.py runs the paper row at a tiny shape)",
     "export INACTIVE_HEADS_CACHE=/data/inactive-heads-cache": "sets an environment variable (nothing to run)",
 }
 
