@@ -106,6 +106,12 @@ class _RandomWeights:
         gen = torch.Generator().manual_seed(self.seed * 100_003 + self.names().index(name))
         return torch.empty(like.shape, dtype=like.dtype).normal_(0.0, STD, generator=gen)
 
+    def copy_to(self, name: str, f, buffer) -> None:
+        """Write the drawn tensor's bytes to ``f`` (every tensor here passes through unchanged)."""
+        import torch
+
+        f.write(memoryview(self.get(name).view(-1).view(torch.uint8).numpy()))
+
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="Write a random-weight model of a shape to a folder.")

@@ -7,7 +7,9 @@ the source files would add every page it touches to the process's resident memor
 
 The format (one JSON header, then the raw little-endian bytes of each tensor) is written here
 directly, shard by shard; the header of a shard is computed before its bytes from the shapes
-alone (each tensor's transformation is first applied to a ``meta`` tensor).
+alone (each tensor's transformation is first applied to a ``meta`` tensor). A tensor the
+transformation leaves as it is (it returns its input itself) is copied from file to file in
+chunks of :data:`COPY_BYTES`, never read whole: an 8B model's 1 GiB embedding costs a chunk.
 """
 
 import json
@@ -32,6 +34,8 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 # Shards of at most this many bytes (a larger single tensor gets a shard of its own).
 SHARD_BYTES = 2 * 2**30
+# Unchanged tensors are copied through a buffer of this many bytes.
+COPY_BYTES = 16 * 2**20
 
 
 def _header(path: Path) -> tuple[dict, int]:
@@ -90,6 +94,20 @@ class CheckpointReader:
                     raise UserError(f"{path} is shorter than its header says ({name}); the checkpoint is damaged")
         return out
 
+    def copy_to(self, name: str, f, buffer: memoryview) -> None:
+        """Append the stored bytes of ``name`` to the open file ``f``, through ``buffer``."""
+        path, start, entry = self.entries[name]
+        begin, end = entry["data_offsets"]
+        with open(path, "rb") as src:
+            src.seek(start + begin)
+            left = end - begin
+            while left:
+                n = src.readinto(buffer[:min(left, len(buffer))])
+                if not n:
+                    raise UserError(f"{path} is shorter than its header says ({name}); the checkpoint is damaged")
+                f.write(buffer[:n])
+                left -= n
+
 
 Transform = Callable[[str, torch.Tensor], list[tuple[str, torch.Tensor]]]
 
@@ -113,13 +131,22 @@ def write_checkpoint(reader: CheckpointReader, transform: Transform, out: str | 
     the file names written.
 
     ``transform(name, tensor)`` returns the ``(name, tensor)`` pairs to write for one source
-    tensor (none to drop it, a new name to rename it). It is run twice per tensor: on a ``meta``
-    tensor to learn the shapes (the shard headers come first in the file), then on the data.
+    tensor (none to drop it, a new name to rename it). It is run on a ``meta`` tensor first to
+    learn the shapes (the shard headers come first in the file). When it returns its input itself,
+    as its only output, the tensor is unchanged: its bytes are copied from the source in chunks and
+    ``transform`` is not run on the data (a transform that edits in place must return a new tensor).
+    Otherwise it is run again on the data, read whole.
     Shards hold at most ``shard_bytes`` (default :data:`SHARD_BYTES`) unless one tensor is larger.
     """
     out = Path(out)
     shard_bytes = SHARD_BYTES if shard_bytes is None else shard_bytes
-    specs = [(src, new, t) for src in reader.names() for new, t in transform(src, reader.meta(src))]
+    specs, unchanged = [], set()
+    for src in reader.names():
+        meta = reader.meta(src)
+        outputs = transform(src, meta)
+        if len(outputs) == 1 and outputs[0][1] is meta:
+            unchanged.add(src)
+        specs += [(src, new, t) for new, t in outputs]
     shards = _shards(specs, shard_bytes)
     if len(shards) == 1:
         files = [SINGLE_FILE]
@@ -127,7 +154,7 @@ def write_checkpoint(reader: CheckpointReader, transform: Transform, out: str | 
         files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
     for file, shard in zip(files, shards, strict=True):
-        _write_shard(out / file, shard, reader, transform)
+        _write_shard(out / file, shard, reader, transform, unchanged)
         weight_map.update({new: file for _, new, _ in shard})
     if len(files) > 1:
         total = sum(t.numel() * t.element_size() for _, _, t in specs)
@@ -136,7 +163,7 @@ def write_checkpoint(reader: CheckpointReader, transform: Transform, out: str | 
     return files
 
 
-def _write_shard(path: Path, shard, reader: CheckpointReader, transform: Transform) -> None:
+def _write_shard(path: Path, shard, reader: CheckpointReader, transform: Transform, unchanged: set[str]) -> None:
     header: dict = {"__metadata__": {"format": "pt"}}
     offset = 0
     for _, new, t in shard:
@@ -146,10 +173,14 @@ def _write_shard(path: Path, shard, reader: CheckpointReader, transform: Transfo
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
     wanted = {new: t for _, new, t in shard}
+    buffer = memoryview(bytearray(COPY_BYTES))
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for src in dict.fromkeys(s for s, _, _ in shard):  # each source tensor read once
+            if src in unchanged:
+                reader.copy_to(src, f, buffer)
+                continue
             for new, tensor in transform(src, reader.get(src)):
                 if new not in wanted:
                     continue

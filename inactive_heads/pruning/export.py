@@ -247,7 +247,9 @@ def _zeroing(cast, removed: list[list[int]], d_head: int):
     def transform(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         out = cast(name, tensor)
         if name in targets and out:
-            out[0][1][:, targets[name]] = 0.0  # the tensor was read into memory of its own
+            zeroed = out[0][1].clone()  # a new tensor: one returned as it came is copied unchanged
+            zeroed[:, targets[name]] = 0.0
+            out = [(out[0][0], zeroed)]
         return out
 
     return transform

@@ -65,6 +65,38 @@ def test_written_shards_read_back_by_safetensors(tmp_path):
     assert index["metadata"]["total_size"] == 5 * 7 * 4 + 2 * 2 * 2 + 6 * 8
 
 
+def test_unchanged_tensors_are_copied_in_chunks_never_read_whole(tmp_path, monkeypatch):
+    """A tensor the transform returns as it came (renamed or not) is copied byte for byte through
+    a small buffer; reading it whole (what made an 8B export peak a 1 GiB embedding above the
+    model) fails this test."""
+    from inactive_heads.core import tensor_files
+
+    tensors = _tensors()
+    save_file(tensors, tmp_path / "model.safetensors")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(tensor_files, "COPY_BYTES", 6)  # a.weight's 70 bytes take 12 chunks, the last short
+    read = []
+    real_get = CheckpointReader.get
+    monkeypatch.setattr(CheckpointReader, "get", lambda self, name: read.append(name) or real_get(self, name))
+
+    def transform(name, t):
+        if name == "a.weight":
+            return [("a.renamed", t)]  # unchanged, renamed
+        if name == "c.bias":
+            return [(name, t * 2)]  # changed: read whole
+        return [(name, t)]
+
+    write_checkpoint(CheckpointReader(tmp_path), transform, out)
+    got = load_file(out / "model.safetensors")
+    assert read == ["c.bias"]
+    assert set(got) == {"a.renamed", "b.weight", "c.bias", "d.index", "e.empty"}
+    assert torch.equal(got["a.renamed"], tensors["a.weight"]) and got["a.renamed"].dtype == torch.bfloat16
+    assert torch.equal(got["b.weight"], tensors["b.weight"]) and torch.equal(got["d.index"], tensors["d.index"])
+    assert torch.equal(got["c.bias"], tensors["c.bias"] * 2)
+    assert got["e.empty"].shape == (0, 3)
+
+
 def test_a_folder_without_safetensors_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="holds no model.safetensors"):
         CheckpointReader(tmp_path)
