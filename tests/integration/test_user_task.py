@@ -71,3 +71,19 @@ def test_a_local_sweep_of_a_user_task_and_its_report_without_the_module(user_tas
     assert done.returncode == 0, done.stderr
     assert f"on {user_task.NAME}" in done.stdout and (tmp_path / "sweep" / "report.html").is_file()
     assert user_task.NAME in (tmp_path / "sweep" / "report.html").read_text()
+
+
+def test_the_command_line_sweeps_a_task_its_import_registers(tiny_dir, by_hand, tmp_path):
+    """``--task`` is checked against the tasks registered by ``--import`` (a fresh process: the task
+    is known only once the module is imported; before, the command refused the name)."""
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), str(Path(ih.__file__).parents[1])])}
+    out = tmp_path / "cli_sweep"
+    done = subprocess.run([sys.executable, "-m", "inactive_heads.cli", "sweep", "--import", "user_task",
+                           "--task", "user_capitals", "--model", str(tiny_dir), "--dtype", "float32",
+                           "--scores", "ahon_ln", "--quantiles", "0.3", "--no-random", "--out", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    config = json.loads((out / "sweep.json").read_text())
+    assert config["task"] == "user_capitals" and config["imports"] == ["user_task"]
+    assert ih.load_results(out).records["baseline"].correct == by_hand[0]

@@ -79,7 +79,7 @@ def test_bad_values_give_one_line_before_any_model_loads(monkeypatch, tmp_path, 
     monkeypatch.chdir(tmp_path)  # "--out x": a sweep that wrongly started would write here
     loads = []
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: loads.append(a))  # the sweep's loader
-    monkeypatch.setattr(cli, "_load", lambda args: loads.append(args))  # score's
+    monkeypatch.setattr(cli.options, "load", lambda args: loads.append(args))  # score's
     code, _, err = run(capsys, *argv)
     assert loads == [] and not (tmp_path / "x").exists()
     assert code == 2
@@ -101,7 +101,7 @@ def test_score_checks_its_inputs_before_loading_the_model(monkeypatch, capsys, a
     def spy(args):
         raise AssertionError("the model was loaded before the inputs were checked")
 
-    monkeypatch.setattr(cli, "_load", spy)
+    monkeypatch.setattr(cli.options, "load", spy)
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 

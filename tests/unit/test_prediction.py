@@ -253,7 +253,7 @@ def test_predict_fit_rejects_a_wrong_score_or_output_before_loading_the_model(tm
     def load(args):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr(cli, "_load", load)
+    monkeypatch.setattr(cli.options, "load", load)
     (tmp_path / "notes.txt").write_text("a file")
     for argv, message in ((["--score", "zz", "--out", str(tmp_path / "p")], "unknown score 'zz'"),
                           (["--out", str(tmp_path / "notes.txt")], "notes.txt is a file")):
@@ -265,7 +265,7 @@ def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monke
     """``predict fit`` of both lookaheads on the tiny model, its plans made of ``sequences``."""
     from inactive_heads.prediction import command
 
-    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(cli.options, "load", lambda args: tiny)
     monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
     assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU), "--lookahead",
                      "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
@@ -422,7 +422,7 @@ def test_predict_eval_loads_the_model_in_the_dtype_it_was_fit_in(tiny, tmp_path,
             saved["fit"]["dtype"] = "bfloat16"  # as a fit in bfloat16 saves it
             (folder / "predictor.json").write_text(json.dumps(saved))
     asked = []
-    monkeypatch.setattr(cli, "_load", lambda args: asked.append(args.dtype) or tiny)
+    monkeypatch.setattr(cli.options, "load", lambda args: asked.append(args.dtype) or tiny)
     argv = ["predict", "eval", str(out), "--limit", "8", "--no-closed-loop"]
     assert cli.main(argv) == 0 and cli.main(argv + ["--dtype", "float32"]) == 0
     assert asked == ["bfloat16", "float32"]
@@ -489,7 +489,7 @@ def test_predict_fit_then_eval_on_a_generation_task_holds_heads_from_the_prompt(
         from tiny import TINY_GQA_VOCAB, _word_tokenizer
 
         monkeypatch.setattr(tiny, "tokenizer", _word_tokenizer(tmp_path / "tokenizer", TINY_GQA_VOCAB), raising=False)
-    monkeypatch.setattr(cli, "_load", lambda args: tiny)
+    monkeypatch.setattr(cli.options, "load", lambda args: tiny)
     monkeypatch.setattr(command, "_plan", lambda model, args, limit: requests[:limit])
     out = tmp_path / "g"
     assert cli.main(["predict", "fit", "--model", "tiny", "--task", "gsm8k", "--threshold", str(TAU),

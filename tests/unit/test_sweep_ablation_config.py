@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import inactive_heads as ih
-from inactive_heads.cli import _sweep_config, build_parser
+from inactive_heads.cli import build_parser
+from inactive_heads.cli.sweeps import sweep_config as _sweep_config
 from inactive_heads.core.errors import UserError
 from inactive_heads.sweep.config import SweepConfig
 from inactive_heads.sweep.folder import check_folder

@@ -131,7 +131,8 @@ def test_imports_register_user_scores_before_the_scores_are_checked(user_module)
 
 
 def test_the_cli_passes_import_to_the_config(user_module):
-    from inactive_heads.cli import _sweep_config, build_parser
+    from inactive_heads.cli import build_parser
+    from inactive_heads.cli.sweeps import sweep_config as _sweep_config
 
     args = build_parser().parse_args(["sweep", "--out", "x", "--scores", "max_key_weight_user",
                                       "--import", user_module, "--import", "json"])
@@ -210,7 +211,8 @@ def test_generation_options_are_checked_in_one_line():
 
 
 def test_the_cli_passes_the_generation_options_to_the_config():
-    from inactive_heads.cli import _sweep_config, build_parser
+    from inactive_heads.cli import build_parser
+    from inactive_heads.cli.sweeps import sweep_config as _sweep_config
 
     args = build_parser().parse_args(["sweep", "--task", "gsm8k", "--decision", "prompt", "--max-gen-toks", "64",
                                       "--out", "x"])

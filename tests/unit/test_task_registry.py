@@ -183,7 +183,7 @@ def test_score_checks_the_task_options_before_a_model_loads(monkeypatch, capsys,
     def no_model(args):
         raise AssertionError("the model was loaded before the task's options were checked")
 
-    monkeypatch.setattr(cli, "_load", no_model)
+    monkeypatch.setattr(cli.options, "load", no_model)
     code = cli.main(["score", *argv, "--out", "never-written.safetensors"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"inactive-heads score: error: {message}"), err

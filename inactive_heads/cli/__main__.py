@@ -1,0 +1,7 @@
+"""``python -m inactive_heads.cli``: the ``inactive-heads`` command."""
+
+import sys
+
+from .entry import main
+
+sys.exit(main())
