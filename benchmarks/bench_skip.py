@@ -147,7 +147,8 @@ def run(args, model_spec: str) -> None:
     import torch
 
     import inactive_heads as ih
-    from inactive_heads.evaluation.generation import _HeldHeads, generate
+    from inactive_heads.evaluation.decoding import HeldHeads
+    from inactive_heads.evaluation.generation import generate
     from inactive_heads.evaluation.texts import lambada_passages
     from inactive_heads.models.tl_line import is_bridge
     from inactive_heads.pruning.skipping import skip_logits
@@ -202,7 +203,7 @@ def run(args, model_spec: str) -> None:
     mixed[1] |= torch.rand(n_layers, n_heads, generator=gen) < 0.1
     with torch.inference_mode():
         got = skip_logits(model, tokens, mask, held=mixed, rule="skip")
-        zeroing = _HeldHeads(model)
+        zeroing = HeldHeads(model)
         zeroing.masks = mixed
         with installed(model, zeroing.hooks()):
             want_own = model(tokens, attention_mask=mask, **extra)  # the model's own attention
@@ -318,7 +319,7 @@ def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int, sync=l
 
     import torch
 
-    from inactive_heads.evaluation.generation import _HeldHeads, _left_padded
+    from inactive_heads.evaluation.decoding import HeldHeads, left_padded
     from inactive_heads.pruning.skipping import skipping
     from inactive_heads.runtime.hooks import installed, model_device
 
@@ -327,13 +328,13 @@ def decode_seconds(model, prompt, held, simulated: bool, new_tokens: int, sync=l
     cached = line_of(model).cached_decoder(model)
     info_heads = (model.cfg.n_layers, model.cfg.n_heads)
     mask = held if held is not None else torch.zeros(info_heads, dtype=torch.bool)
-    tokens, pad = _left_padded([prompt], [0])
+    tokens, pad = left_padded([prompt], [0])
     device = model_device(model)
     tokens, pad = tokens.to(device), pad.to(device)
     with ExitStack() as stack:
         stack.enter_context(torch.inference_mode())
         if simulated:
-            zeroing = _HeldHeads(model)
+            zeroing = HeldHeads(model)
             zeroing.masks = mask[None]
             stack.enter_context(installed(model, zeroing.hooks()))
             stack.enter_context(cached.forms(model))

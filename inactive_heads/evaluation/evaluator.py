@@ -381,13 +381,9 @@ def evaluate(
         if subjects is not None or source is not None or record or attention != "auto":
             raise UserError(f"{task} is a generation task: subjects, source, record and attention apply to "
                             "log-likelihood tasks only; leave them unset")
-        requests = plan_for_task(model, task, limit=limit, num_fewshot=num_fewshot,
-                                 apply_chat_template=apply_chat_template)
-        return evaluate_generation(
-            model, task, ablation=as_ablation(ablation), decision=decision or "per_step", limit=limit,
-            num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
-            reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress, requests=requests,
-        )
+        return _generation_task(model, task, ablation, decision=decision, limit=limit, num_fewshot=num_fewshot,
+                                apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
+                                reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress)
     if decision is not None or max_gen_toks is not None:
         raise UserError("decision and max_gen_toks apply to generation tasks (gsm8k) only; leave them unset")
     plan = task if isinstance(task, EvalPlan) else plan_for_task(
@@ -397,6 +393,18 @@ def evaluate(
     return _evaluate_plan(model, plan, as_ablation(ablation), batch_size=batch_size, progress=progress,
                           reuse_prefix=reuse_prefix, attention=attention, record=record,
                           record_description=record_description, bar=bar)
+
+
+def _generation_task(model, task: str, ablation, *, decision, limit, num_fewshot, apply_chat_template,
+                     max_gen_toks, reuse_prefix, batch_size, progress) -> GenerationResult:
+    """:func:`evaluate` of a generation task: its requests planned once, then generated."""
+    requests = plan_for_task(model, task, limit=limit, num_fewshot=num_fewshot,
+                             apply_chat_template=apply_chat_template)
+    return evaluate_generation(
+        model, task, ablation=as_ablation(ablation), decision=decision or "per_step", limit=limit,
+        num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, max_gen_toks=max_gen_toks,
+        reuse_prefix=reuse_prefix, batch_size=batch_size, progress=progress, requests=requests,
+    )
 
 
 def _refuse_plan_options(**options) -> None:

@@ -141,14 +141,14 @@ def test_bridge_cached_logits_equal_a_full_recompute(model):
     # sequence. Positions from the mask matter: off by one, these logits move by ~1e-2.
     if is_hooked_transformer(model):
         pytest.skip("a TransformerBridge's Hugging Face cache (TransformerLens 4)")
-    from inactive_heads.evaluation.generation import _left_padded
+    from inactive_heads.evaluation.decoding import left_padded
     from inactive_heads.runtime.lines.bridge import CachedDecoder
     from inactive_heads.runtime.fast_attention import attention_form
 
     short, long = PROMPTS[0], PROMPTS[1]
     assert len(short) < len(long)
     with torch.inference_mode(), attention_form(model, "exact"):
-        batch = CachedDecoder(model, *_left_padded([short, long], [0, 1]))
+        batch = CachedDecoder(model, *left_padded([short, long], [0, 1]))
         first = batch.logits
         step = batch.step(torch.tensor([5, 7]))
         batch.keep(torch.tensor([0]))

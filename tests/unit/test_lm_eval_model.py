@@ -197,9 +197,9 @@ def test_a_nan_in_a_zeroed_head_does_not_survive(model):
 
 
 def test_held_heads_in_generation_are_zeroed_by_masked_fill():
-    from inactive_heads.evaluation.generation import _HeldHeads
+    from inactive_heads.evaluation.decoding import HeldHeads
 
-    held = _HeldHeads(tiny_gqa_model(n_layers=2))  # 6 heads
+    held = HeldHeads(tiny_gqa_model(n_layers=2))  # 6 heads
     held.masks = torch.zeros(1, 2, 6, dtype=torch.bool)  # [row, layer, head]
     held.masks[0, 1, 2] = True
     hooks = dict(held.hooks())

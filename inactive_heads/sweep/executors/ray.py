@@ -170,7 +170,8 @@ class Worker:
         savings of every question's held heads (the local executor's own computation)."""
         import torch
 
-        from ...evaluation.generation import GenerationResult, _check_prompts, held_savings
+        from ...evaluation.decoding import held_savings
+        from ...evaluation.generation import GenerationResult, check_prompts
         from ...evaluation.gsm8k import GSM8K_MAX_GEN_TOKS
         from ...models.loading import model_info
 
@@ -180,7 +181,7 @@ class Worker:
         savings = None
         if self.config.decision == "prompt":
             max_new = GSM8K_MAX_GEN_TOKS if self.config.max_gen_toks is None else self.config.max_gen_toks
-            prompts = _check_prompts(self.model, sweep_inputs(self.config, self.plan), max_new)  # as generate cuts them
+            prompts = check_prompts(self.model, sweep_inputs(self.config, self.plan), max_new)  # as generate cuts them
             if flagged is None:  # no ablation: nothing held, as the local run counts it
                 flagged = torch.zeros((len(self.plan), info.n_layers, info.n_heads), dtype=torch.bool)
             savings = held_savings(self.model, prompts, flagged, merged["n_generated_per_question"])
@@ -256,7 +257,7 @@ def _summed_stats(counts: list[dict[str, Any]], n_layers: int, n_heads: int, mas
     """One :class:`AblationStats` of the shards' counts (``n_sequences``, ``flagged_per_layer``), summed."""
     import torch
 
-    from ...ablation.head_ablation import AblationStats
+    from ...ablation.stats import AblationStats
 
     flagged = torch.tensor([c["flagged_per_layer"] for c in counts], dtype=torch.long).sum(dim=0)
     return AblationStats(n_layers, n_heads, n_sequences=sum(c["n_sequences"] for c in counts),
