@@ -232,13 +232,35 @@ class SkipState:
         stamp = tuple((t.data_ptr(), _version(t)) for t in weights.values() if t is not None)
         hit = store.get(key)
         if hit is None or hit[1] != stamp:
-            if len(store) >= _PACKED_PER_MODEL:
-                store.pop(next(iter(store)))
-            hit = store[key] = (_pack(weights, kept, self.shape.group_size), stamp)
+            store.pop(key, None)
+            packed = _pack(weights, kept, self.shape.group_size)
+            size = _nbytes(packed)
+            budget = _packed_budget(self.shape, weights["q"].element_size())
+            while store and sum(entry[2] for entry in store.values()) + size > budget:
+                store.pop(next(iter(store)))  # the oldest first
+            hit = store[key] = (packed, stamp, size)
         return hit[0]
 
     def is_packed(self, layer: int, kept: tuple[int, ...]) -> bool:
         return (layer, kept) in _PACKED.get(self.model, {})
+
+
+def _nbytes(packed: Packed) -> int:
+    return sum(t.numel() * t.element_size() for t in vars(packed).values() if isinstance(t, Tensor))
+
+
+def _packed_budget(shape, element_size: int) -> int:
+    """Bytes the gathered sets of one model may hold at once: one copy of its attention
+    projections (an 8B model's 2.7 GB in bfloat16), so a run holding many different sets never
+    grows past that; the oldest set goes first."""
+    per_layer = shape.d_model * shape.d_head * 2 * (shape.n_heads + shape.n_kv_heads)
+    return shape.n_layers * per_layer * element_size
+
+
+def release_packed(model) -> None:
+    """Drop the weights gathered for ``model``'s held sets (a skipped generation does at its end:
+    what it gathered is not kept beside the model afterwards)."""
+    _PACKED.pop(model, None)
 
 
 def _version(t: Tensor) -> int:
@@ -249,9 +271,9 @@ def _version(t: Tensor) -> int:
         return -1
 
 
-# model -> {(layer, kept heads): (gathered weights, the source weights' pointers and versions)}
+# model -> {(layer, kept heads): (gathered weights, the source weights' pointers and versions, bytes)},
+# at most _packed_budget bytes per model
 _PACKED: "WeakKeyDictionary[object, dict]" = WeakKeyDictionary()
-_PACKED_PER_MODEL = 512  # gathered sets kept per model (the oldest dropped first)
 _CHOICES_KEPT = 1024  # the last layer choices a SkipState keeps
 
 

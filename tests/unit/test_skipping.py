@@ -1,7 +1,7 @@
 """Held heads really skipped (inactive_heads.pruning.skipping): equal to the zeroing simulation.
 
 The reference is the toolkit's simulation: every head computed by the model's own forward, the
-held ones zeroed at ``hook_z`` (generation's ``_HeldHeads``). Tiny random-weight models with one
+held ones zeroed at ``hook_z`` (``evaluation.decoding.HeldHeads``). Tiny random-weight models with one
 KV head per query head (6 of 6) and grouped-query attention (2 KV heads for 6), on both lines."""
 
 import pytest
@@ -278,3 +278,34 @@ def test_layer_choices_follow_the_cost_rule(backend):
         model(tokens, **({"use_cache": False} if backend == "bridge" else {}))
     assert [c.mode for c in state.choices] == ["dense", "skip", "skip"]
     assert [c.groups for c in state.choices] == [1, 1, 1]
+
+
+def _attention_bytes(model) -> int:
+    """The bytes of the model's q/k/v/o projection weights, read off its parameters by name."""
+    ends = ("attn.W_Q", "attn.W_K", "attn._W_K", "attn.W_V", "attn._W_V", "attn.W_O",
+            "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")
+    return sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+               if n.replace("._original_component", "").endswith(ends))
+
+
+def test_gathered_weights_never_exceed_one_copy_of_the_attention(backend):
+    """Many different held sets gather many copies; what stays gathered is bounded by the bytes of
+    the attention projections (a count bound let an 8B run hold gigabytes of copies), and a skipped
+    generation leaves nothing gathered behind it."""
+    from inactive_heads.pruning import skipping
+
+    model = tiny_gqa_model(seed=11) if backend == "hooked" else tiny_gqa_bridge(11)
+    budget = _attention_bytes(model)
+    assert budget > 0
+    tokens, mask, _ = _batch()
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(12):
+        held = (torch.rand(1, 3, 6, generator=gen) < 0.3).expand(4, -1, -1)
+        skip_logits(model, tokens, mask, held=held, rule="skip")
+        kept = skipping._PACKED.get(model, {})
+        gathered = sum(t.numel() * t.element_size() for packed, *_ in kept.values()
+                       for t in vars(packed).values() if isinstance(t, torch.Tensor) and t is not packed.b_o)
+        assert 0 < gathered <= budget
+    generate(model, random_sequences(2, seed=3, min_len=4, max_len=8), ablation=RandomAblation(0.3, seed=1),
+             decision="prompt", max_new_tokens=3, eos_token_id=None, progress=False, skip=True)
+    assert not skipping._PACKED.get(model)
