@@ -107,14 +107,22 @@ def _pack(weights: dict[str, Tensor | None], kept_q: list[int], group: int) -> P
     q_idx = torch.tensor(kept_q, dtype=torch.long)
     kv_idx = torch.tensor(kept_kv, dtype=torch.long)
 
+    def every(w, idx) -> bool:  # every head kept, in order: the weight itself serves, no copy
+        return len(idx) == w.shape[0] and bool((idx == torch.arange(len(idx))).all())
+
     def rows(w, idx):
-        w = w.index_select(0, idx.to(w.device))
+        if not every(w, idx):
+            w = w.index_select(0, idx.to(w.device))
         return w.reshape(-1, w.shape[-1])
 
     def bias(b, idx):
-        return None if b is None else b.index_select(0, idx.to(b.device)).reshape(-1)
+        if b is None:
+            return None
+        return (b if every(b, idx) else b.index_select(0, idx.to(b.device))).reshape(-1)
 
-    o = weights["o"].index_select(1, q_idx.to(weights["o"].device))
+    o = weights["o"]
+    if not every(o.transpose(0, 1), q_idx):
+        o = o.index_select(1, q_idx.to(o.device))
     return Packed(
         kept_q=q_idx, kept_kv=kv_idx,
         uniform=len(set(counts)) <= 1, counts=tuple(counts), d_head=weights["q"].shape[1],
@@ -234,7 +242,7 @@ class SkipState:
         if hit is None or hit[1] != stamp:
             store.pop(key, None)
             packed = _pack(weights, kept, self.shape.group_size)
-            size = _nbytes(packed)
+            size = _nbytes(packed, weights)
             budget = _packed_budget(self.shape, weights["q"].element_size())
             while store and sum(entry[2] for entry in store.values()) + size > budget:
                 store.pop(next(iter(store)))  # the oldest first
@@ -245,8 +253,11 @@ class SkipState:
         return (layer, kept) in _PACKED.get(self.model, {})
 
 
-def _nbytes(packed: Packed) -> int:
-    return sum(t.numel() * t.element_size() for t in vars(packed).values() if isinstance(t, Tensor))
+def _nbytes(packed: Packed, weights: dict[str, Tensor | None]) -> int:
+    """Bytes the gathered set holds of its own (a weight kept whole is the model's, not a copy)."""
+    own = {t.untyped_storage().data_ptr() for t in weights.values() if t is not None}
+    return sum(t.numel() * t.element_size() for t in vars(packed).values()
+               if isinstance(t, Tensor) and t.untyped_storage().data_ptr() not in own)
 
 
 def _packed_budget(shape, element_size: int) -> int:
