@@ -36,6 +36,14 @@ def hf_head_logits_supported(model) -> bool:
     return hf is not None and by_class(architecture_of(hf.config)).head_is_one_linear
 
 
+def _base_model_takes_masks(model) -> bool:
+    """Whether the Hugging Face base model may be called with an attention mask: not where
+    TransformerLens's own attention runs (a family the toolkit's forms do not cover, e.g. OLMo-2's
+    Q/K norms) in a dtype other than float32, which fails there (its rotary embedding leaves the
+    queries in float32 beside lower-precision values); the bridge's own forward is run instead."""
+    return next(model.parameters()).dtype == torch.float32 or _attention_unsupported(model) is None
+
+
 def hf_head_logits(model, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows vocab"]:
     """A bridge's logits from its Hugging Face base model's last hidden state at chosen rows: the
     output embedding, then the logit soft cap of the models that have one (Gemma-2/3, as their
@@ -170,7 +178,7 @@ class BridgeLine:
         vocabulary projection on the chosen rows only, where the head is one linear map; else the
         whole forward, sliced."""
         mask = valid.long()
-        if hf_head_logits_supported(model):
+        if hf_head_logits_supported(model) and _base_model_takes_masks(model):
             hf = model.original_model
             hidden = hf.base_model(input_ids=tokens, attention_mask=mask, use_cache=False).last_hidden_state
             return hf_head_logits(model, hidden[rows, positions])
