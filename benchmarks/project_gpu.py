@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", action="append", required=True, metavar="JSON",
                         help="a file holding bench_fullsize.py's output (its last line is read); repeatable")
+    parser.add_argument("--also", action="append", default=[], metavar="SHAPE",
+                        help="also project this paper shape, assuming the first bench's peak ratio; repeatable")
     parser.add_argument("--tokenizer", default="qwen2.5-coder-0.5b", help="built-in model whose tokenizer plans MMLU")
     parser.add_argument("--tflops", type=float, nargs="+", default=[200.0, 400.0],
                         help="assumed sustained bfloat16 TFLOP/s (H100 SXM's dense peak is 989)")
@@ -104,6 +106,8 @@ def main(argv=None) -> int:
           f"({work['tokenizer']}'s tokenizer), batches of {work['batch_size']}: {work['passes']} passes "
           f"(baseline + ablated runs); padded tokens per pass {work['padded_tokens']:,} "
           f"({work['padded_tokens_reuse']:,} with prefix reuse)\n")
+    for name in args.also:  # another shape, at the first bench's measured ratios
+        benches.append({**benches[0], "shape": name, "n_layers": f"none; ratio of {benches[0]['shape']}"})
     projections = [project(b, work, args.tflops, args.overhead_gb, args.hit_rate) for b in benches]
     for p in projections:
         print(markdown(p, work) + "\n")

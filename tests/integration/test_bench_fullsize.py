@@ -70,16 +70,16 @@ def test_bench_fullsize_runs_every_stage_and_equals_hugging_face(tmp_path, famil
 
 def _check_projection(tmp_path, summary: dict, n_params: int) -> None:
     """benchmarks/project_gpu.py on the bench's output: the grid's passes counted by hand (the
-    baseline and 13 scores + Random at the 6 quantiles above 0), MMLU's 57 subjects at one question
-    each, and the memory need from the hand-counted parameters in bfloat16."""
+    baseline and 13 scores + Random at the 6 quantiles above 0), MMLU's 57 subjects at two questions
+    each (two share a 5-shot prefix), and the memory need from the hand-counted parameters in bfloat16."""
     (tmp_path / "bench.json").write_text(json.dumps(summary) + "\n")
     cmd = [sys.executable, str(SCRIPT.parent / "project_gpu.py"), "--bench", str(tmp_path / "bench.json"),
-           "--tokenizer", "smollm2-135m", "--limit", "1", "--tflops", "100", "200"]
+           "--tokenizer", "smollm2-135m", "--limit", "2", "--tflops", "100", "200"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr[-3000:]
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     work, (projection,) = figures["work"], figures["projections"]
-    assert work["questions"] == 57 and work["passes"] == 1 + 14 * 6
+    assert work["questions"] == 2 * 57 and work["passes"] == 1 + 14 * 6
     assert 0 < work["padded_tokens_reuse"] < work["padded_tokens"]  # the 5-shot prefixes shared per subject
     assert projection["weight_gb"] == pytest.approx(2 * n_params / 1e9)
     peak = max(row["peak_ratio"] for name, row in summary["stages"].items() if name != "fp32")

@@ -86,4 +86,6 @@ def test_the_command_line_sweeps_a_task_its_import_registers(tiny_dir, by_hand, 
     assert done.returncode == 0, done.stderr[-2000:]
     config = json.loads((out / "sweep.json").read_text())
     assert config["task"] == "user_capitals" and config["imports"] == ["user_task"]
-    assert ih.load_results(out).records["baseline"].correct == by_hand[0]
+    from inactive_heads.sweep.results import SweepResults
+
+    assert SweepResults.load(out).records["baseline"].correct == by_hand[0]
