@@ -54,13 +54,12 @@ def _import_user_modules(argv: Sequence[str]) -> None:
     """Import the modules that ``--import MODULE`` names before the options are parsed, so that the
     scores, tasks and ablation kinds they register are valid choices of ``--scores`` and
     ``--task`` (modules beside the user's work are found, as ``python -m`` finds them)."""
-    from ..core.modules import import_modules
+    from ..core.modules import cwd_on_path, import_modules
 
     names = [value for flag, value in zip(argv, argv[1:]) if flag == "--import"]
     names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--import=")]
     if names:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        cwd_on_path()
         import_modules(names, what="--import")
 
 

