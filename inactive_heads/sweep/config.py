@@ -101,6 +101,13 @@ class SweepConfig:
     # ``ih.evaluate`` reads (:func:`~inactive_heads.ablation.coerce.parse_ablation`); validate()
     # stores each as its spec. Empty: not written to sweep.json (older folders read the same).
     ablations: list[dict[str, Any] | str] = field(default_factory=list)
+    # The window of questions evaluated: each subject's (each split's) questions from
+    # ``questions_from`` up to ``limit`` (0: from the first). ``predict eval`` evaluates the
+    # questions after the ones its predictors were fit on this way.
+    questions_from: int = 0
+    # Keep each ablated run's zeroed heads per input (``runs/<id>.flags.safetensors``, [input,
+    # layer, head]); local executor, log-likelihood tasks and generation with decision="prompt".
+    save_flags: bool = False
 
     def validate(self) -> "SweepConfig":
         """Check every option and settle what they imply, in place; returns the config. Imports
@@ -142,6 +149,7 @@ class SweepConfig:
             get_score(key)
         self.quantiles = list(check_quantiles(self.quantiles, distinct=True))
         self._check_static_options()  # after limit and quantiles are checked
+        self._check_window()
         if self.thresholds != "calibrated" and not (isinstance(self.thresholds, str)
                                                     and self.thresholds.startswith("official:")):
             raise UserError(
@@ -204,6 +212,22 @@ class SweepConfig:
         if not [q for q in self.quantiles if q > 0]:
             raise UserError("static runs need a quantile p > 0 (the fraction of heads in each set)")
 
+    def _check_window(self) -> None:
+        first = self.questions_from
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise UserError(f"questions_from must be a question index >= 0, got {first!r}")
+        if first and (self.limit is None or self.limit <= first):
+            raise UserError(f"questions_from={first} evaluates each subject's questions {first}..limit-1, so it "
+                            f"needs limit > {first}, got limit={self.limit!r}")
+        if not isinstance(self.save_flags, bool):
+            raise UserError(f"save_flags must be true or false, got {self.save_flags!r}")
+        if self.save_flags and self.reuse_prefix:
+            raise UserError("save_flags keeps one set of zeroed heads per input, which prefix reuse shares "
+                            "between inputs; drop save_flags or reuse_prefix")
+        if self.save_flags and self.is_generation and self.decision != "prompt":
+            raise UserError(f"save_flags keeps one set of zeroed heads per input, which generation has only with "
+                            f"decision 'prompt' (got {self.decision!r}); drop save_flags or use decision prompt")
+
     def _check_ablations(self) -> None:
         from ..ablation.coerce import as_ablation
 
@@ -237,11 +261,12 @@ class SweepConfig:
         return task_kind(self.task) == "generation"
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as JSON data; ``ablations`` only when there are some (so a sweep without
-        them keeps the sweep.json, and the identity, that it had before the option existed)."""
+        """The options as JSON data; ``ablations``, ``questions_from`` and ``save_flags`` only when
+        they are set (so a sweep without them keeps the sweep.json it had before they existed)."""
         d = asdict(self)
-        if not d["ablations"]:
-            del d["ablations"]
+        for f in fields(self):
+            if f.name in _LEFT_OUT_AT_DEFAULT and d[f.name] == _default(f):
+                del d[f.name]
         return d
 
     @classmethod
@@ -251,13 +276,7 @@ class SweepConfig:
         it knows that the folder lacks (an older folder) takes its default."""
         config = object.__new__(cls)
         for f in fields(cls):
-            if f.name in d:
-                value = d[f.name]
-            elif f.default is not MISSING:
-                value = f.default
-            else:
-                value = f.default_factory()
-            setattr(config, f.name, value)
+            setattr(config, f.name, d[f.name] if f.name in d else _default(f))
         return config
 
     @classmethod
@@ -316,6 +335,14 @@ class SweepConfig:
         if self.is_generation:
             return False
         return key is not None and q == 0 and (key == "random" or self.thresholds == "calibrated")
+
+
+_LEFT_OUT_AT_DEFAULT = ("ablations", "questions_from", "save_flags")
+
+
+def _default(f) -> Any:
+    """A dataclass field's default value."""
+    return f.default_factory() if f.default is MISSING else f.default
 
 
 def device_type(device: str) -> str:

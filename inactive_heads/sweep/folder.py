@@ -8,6 +8,9 @@
     scores.safetensors  HeadScores recorded in the baseline pass, on the evaluation inputs themselves
     thresholds.json     one Thresholds per score (quantiles of the pooled CDF, or the paper's preset)
     runs/<id>.json      one record per finished run, written atomically the moment it finishes
+    runs/<id>.flags.safetensors
+                        with ``save_flags``: each input's zeroed heads in that run, [input, layer,
+                        head] booleans (written just before its record)
     static_scores.safetensors, static_heads.json
                         with static runs: HeadScores of the calibration questions and the head
                         set of each static run
@@ -46,6 +49,7 @@ SCORES_FILE = "scores.safetensors"
 LEGACY_SCORES_FILE = "scores.pt"
 STATIC_SCORES_FILE = "static_scores.safetensors"
 STATIC_HEADS_FILE = "static_heads.json"
+FLAGS_SUFFIX = ".flags.safetensors"
 SCORE_INFO = "score_info"
 """The key of ``sweep.json`` (format 3) that describes the sweep's scores (:class:`ScoreInfo` each)."""
 
@@ -119,9 +123,10 @@ def stored_config(out: Path) -> SweepConfig | None:
                            device=device if stored.device is None else stored.device)
 
 
-def check_folder(config: SweepConfig, out: Path) -> None:
+def check_folder(config: SweepConfig, out: Path, *, fix: str = "use another --out folder or delete it") -> None:
     """Check that ``out`` holds this sweep, or nothing yet. A dtype of ``"auto"`` or a device of
-    None, on either side, is compared once the model has settled it (:func:`prepare_folder`)."""
+    None, on either side, is compared once the model has settled it (:func:`prepare_folder`).
+    ``fix``: what the error for a folder of another sweep tells the user to do."""
     stored = stored_config(out)
     if stored is None:
         return
@@ -129,8 +134,7 @@ def check_folder(config: SweepConfig, out: Path) -> None:
     for key, unresolved in (("dtype", "auto"), ("device", None)):
         if unresolved in (have[key], want[key]):
             del have[key], want[key]
-    check_same_setup(out, have, want, what="sweep", fix="use another --out folder or delete it",
-                     ignore=("dtype", "device"))
+    check_same_setup(out, have, want, what="sweep", fix=fix, ignore=("dtype", "device"))
     differing = differing_keys(have, want)
     if differing:
         here = config.dtype + ("" if config.device is None else f" on {device_type(config.device)}")
@@ -169,6 +173,43 @@ def write_thresholds(config: SweepConfig, out: Path, head_scores) -> dict[str, T
 
 def record_path(out: Path, rid: str) -> Path:
     return out / "runs" / f"{rid}.json"
+
+
+def flags_path(out: Path, rid: str) -> Path:
+    return out / "runs" / f"{rid}{FLAGS_SUFFIX}"
+
+
+def write_flags(out: Path, rid: str, flags) -> Path:
+    """Write a run's zeroed heads per input (``[input, layer, head]`` booleans, the plan's input
+    order) atomically to ``runs/<id>.flags.safetensors``; before the run's record, so a finished
+    run of a ``save_flags`` sweep always has them."""
+    import torch
+    from safetensors.torch import save_file
+
+    from ..core.io import atomic_path
+
+    path = flags_path(out, rid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        save_file({"flags": flags.detach().to("cpu", torch.bool).contiguous()}, str(tmp))
+    return path
+
+
+def read_flags(out: Path, rid: str):
+    """The zeroed heads per input of run ``rid`` (:func:`write_flags`), a bool tensor; a one-line
+    error when the sweep did not keep them."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = flags_path(out, rid)
+    if not path.is_file():
+        raise UserError(f"'{path}' is missing: the sweep in {out} did not keep each input's zeroed heads "
+                        "(save_flags); run it again with save_flags=True into a new folder")
+    try:
+        return load_file(str(path))["flags"]
+    except (SafetensorError, KeyError, OSError) as err:
+        raise UserError(f"'{path}' is not a flags file of inactive-heads ({err}); the folder is damaged: "
+                        "rerun the sweep into a new folder") from None
 
 
 def write_record(out: Path, record: RunRecord) -> Path:

@@ -51,9 +51,47 @@ def plan_for(config: SweepConfig, model):
     :class:`~inactive_heads.evaluation.gsm8k.GenerationRequest`."""
     from ..evaluation.registry import plan_for_task
 
-    return plan_for_task(model, config.task, subjects=config.subjects, limit=config.limit,
+    plan = plan_for_task(model, config.task, subjects=config.subjects, limit=config.limit,
                          num_fewshot=config.num_fewshot, apply_chat_template=config.apply_chat_template,
                          source=config.source)
+    return questions_from(plan, config.questions_from, "questions_from") if config.questions_from else plan
+
+
+def questions_from(plan, first: int, option: str):
+    """The part of ``plan`` whose questions are at index ``first`` or later within their subject
+    (their split, for a task of one subject), in the plan's order (:func:`question_window`): an
+    ``EvalPlan``'s inputs, or a generation task's requests. ``option`` names the setting in the
+    error for an empty part."""
+    chosen = question_window(plan, first)
+    if not chosen:
+        raise UserError(f"the task has no question at index {first} or later ({option}); choose an index below "
+                        "the number of questions of each subject")
+    return plan.subset(chosen) if _is_plan(plan) else [plan[i] for i in chosen]
+
+
+def question_window(plan, first: int) -> list[int]:
+    """The indices of ``plan``'s inputs (a generation task's requests) whose question is at index
+    ``first`` or later within its subject."""
+    if not _is_plan(plan):  # a generation task's requests: one per question
+        return [i for i, position in enumerate(_positions(plan)) if position >= first]
+    position = _positions(plan.requests)
+    return [i for i, targets in enumerate(plan.targets) if position[targets[0][0]] >= first]
+
+
+def _is_plan(plan) -> bool:
+    from ..evaluation.plan import EvalPlan
+
+    return isinstance(plan, EvalPlan)
+
+
+def _positions(requests) -> list[int]:
+    """Each question's index within its subject (its split for a task of one subject)."""
+    position, seen = [], {}
+    for req in requests:
+        subject = getattr(req, "subject", None)
+        position.append(seen.get(subject, 0))
+        seen[subject] = position[-1] + 1
+    return position
 
 
 def sweep_inputs(config: SweepConfig, plan) -> list[list[int]]:
@@ -110,13 +148,5 @@ def calibration_plan(config: SweepConfig, model):
     first, end = config.static_calibration
     plan = plan_for_task(model, config.task, subjects=config.subjects, limit=end, num_fewshot=config.num_fewshot,
                          apply_chat_template=config.apply_chat_template, source=config.source)
-    position, seen = [], {}
-    for req in plan.requests:  # each question's index within its subject (its split for one-subject tasks)
-        position.append(seen.get(req.subject, 0))
-        seen[req.subject] = position[-1] + 1
-    chosen = [i for i, targets in enumerate(plan.targets) if position[targets[0][0]] >= first]
-    if not chosen:
-        raise UserError(f"the task has no question in static_calibration {config.static_calibration}; "
-                        "choose indices below its size")
-    return plan.subset(chosen)
+    return questions_from(plan, first, f"static_calibration {config.static_calibration}")
 

@@ -51,6 +51,9 @@ def run_sweep(
     if executor == "ray":
         if model is not None:
             raise UserError("model= applies to the local executor only; Ray workers load config.model")
+        if config.save_flags:
+            raise UserError("save_flags (each input's zeroed heads) runs on the local executor only; use "
+                            "executor='local' (--executor local)")
         if config.static_rule is not None:
             raise UserError("static runs (static_rule) run on the local executor only; use executor='local' "
                             "(--executor local)")

@@ -120,3 +120,47 @@ def test_the_command_line_reads_repeated_ablations(every_head_of):
     args = build_parser().parse_args(["sweep", "--task", "piqa", "--out", "x", "--ablation", "not a spec"])
     with pytest.raises(UserError, match="cannot read ablation 'not a spec'"):
         _sweep_config(args)
+
+
+def test_the_question_window_and_saved_flags_are_new_options_an_older_folder_lacks(tmp_path):
+    """questions_from and save_flags: absent from an older sweep.json, which resumes; set, they are
+    written and compared (another window is another sweep)."""
+    folder = Path(shutil.copytree(FORMAT_1, tmp_path / "old"))
+    stored = json.loads((folder / "sweep.json").read_text())
+    assert "questions_from" not in stored and "save_flags" not in stored
+    check_folder(SweepConfig.from_dict(stored).validate(), folder)
+    limit = stored["limit"]
+    windowed = SweepConfig.from_dict({**stored, "questions_from": limit - 1, "save_flags": True}).validate()
+    assert {"questions_from": limit - 1, "save_flags": True}.items() <= windowed.to_dict().items()
+    with pytest.raises(UserError, match=r"differs in questions_from, save_flags\)"):
+        check_folder(windowed, folder)
+    (folder / "sweep.json").write_text(json.dumps(windowed.to_dict()))
+    check_folder(SweepConfig.from_dict({**stored, "questions_from": limit - 1, "save_flags": True}).validate(), folder)
+    with pytest.raises(UserError, match=r"differs in questions_from\)"):
+        check_folder(SweepConfig.from_dict({**stored, "questions_from": 0, "save_flags": True}).validate(), folder)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"questions_from": -1}, "questions_from must be a question index >= 0, got -1"),
+    ({"questions_from": 6}, "needs limit > 6, got limit=6"),
+    ({"questions_from": 2, "limit": None}, "needs limit > 2, got limit=None"),
+    ({"save_flags": True, "reuse_prefix": True}, "drop save_flags or reuse_prefix"),
+    ({"save_flags": True, "task": "gsm8k", "scores": ["ahon_ln"]}, "generation has only with decision 'prompt'"),
+])
+def test_bad_window_or_flags_options_are_one_line(options, message):
+    with pytest.raises(UserError) as err:
+        config(**options).validate()
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_saved_flags_must_be_a_boolean():
+    c = config()
+    c.save_flags = 1  # as a hand-written sweep.json could say
+    with pytest.raises(UserError, match="save_flags must be true or false, got 1"):
+        c.validate()
+
+
+def test_saved_flags_on_ray_are_refused_before_ray_starts(tmp_path):
+    with pytest.raises(UserError, match=r"save_flags \(each input's zeroed heads\) runs on the local executor only"):
+        ih.run_sweep(config(save_flags=True), tmp_path / "out", executor="ray")
+    assert not (tmp_path / "out").exists()

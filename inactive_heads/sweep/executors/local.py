@@ -10,7 +10,8 @@ from ...core.io import write_json_atomic
 from ...scoring.calibration import Thresholds
 from ...scoring.scores import STATIC_SUFFIX
 from ..config import SweepConfig, ablation_for, run_id, run_threshold
-from ..folder import STATIC_HEADS_FILE, STATIC_SCORES_FILE, make_record, write_record
+from ...ablation.head_ablation import ablation_from_spec
+from ..folder import STATIC_HEADS_FILE, STATIC_SCORES_FILE, make_record, write_flags, write_record
 from ..passes import (
     calibration_plan,
     check_model_matches,
@@ -59,8 +60,12 @@ class LocalExecutor:
             bar.set_postfix_str(f"run {done + 1}/{len(todo)}: {rid}")
             heads = static_sets.get(rid)
             tau = heads.threshold if heads is not None else run_threshold(thresholds, key, q)
-            result = evaluate_run(config, model, plan, ablation_for(config, key, tau, heads), progress=self.progress,
+            spec = ablation_for(config, key, tau, heads)
+            ablation = ablation_from_spec(spec) if config.save_flags else spec  # kept: its flags are read
+            result = evaluate_run(config, model, plan, ablation, progress=self.progress,
                                   bar=None if config.is_generation else bar)
+            if config.save_flags:
+                write_flags(out, rid, run_flags(config, plan, result, ablation))
             write_record(out, make_record(config, rid, key, q, tau, result, plan, model, heads))
             if config.is_generation:
                 bar.update(1)
@@ -68,6 +73,19 @@ class LocalExecutor:
 
     def close(self) -> None:
         pass
+
+
+def run_flags(config: SweepConfig, plan, result, ablation):
+    """Each input's zeroed heads in one ablated run, [input, layer, head], in the plan's order:
+    the evaluator's per-input flags, or for a generation task (decision "prompt") each prompt's."""
+    if config.is_generation:
+        return ablation.stats.flagged_mask(n=len(plan))
+    if result.flagged is None:
+        from ...core.errors import UserError
+
+        raise UserError(f"the ablation {ablation.to_spec()} kept no zeroed heads per input, so save_flags has "
+                        "nothing to write; drop save_flags for it")
+    return result.flagged
 
 
 def sweep_bar(config: SweepConfig, plan, runs: int, progress: bool):
