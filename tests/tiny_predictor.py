@@ -13,11 +13,13 @@ TAU = 0.98  # ahon_ln on the tiny models: flags some heads of every layer, not a
 
 def tiny_plan(sequences, seed=0, subject="tiny", texts=None) -> EvalPlan:
     """A 3-choice, one-token-answer task over ``sequences`` (one forward input per question) of one
-    ``subject``; ``texts``: the questions' prompt texts, their identity (default q0, q1, ...)."""
+    ``subject`` (or a list: each question's); ``texts``: the questions' prompt texts, their identity
+    (default q0, q1, ...)."""
     gen = torch.Generator().manual_seed(seed)
     texts = [f"q{i}" for i in range(len(sequences))] if texts is None else texts
+    subjects = [subject] * len(sequences) if isinstance(subject, str) else subject
     requests = []
-    for i, (seq, text) in enumerate(zip(sequences, texts, strict=True)):
+    for i, (seq, text, subject) in enumerate(zip(sequences, texts, subjects, strict=True)):
         answers = torch.randint(0, 97, (3,), generator=gen).tolist()
         requests.append(Request("mmlu", i, subject, tuple(Choice(tuple(seq), (a,), f" {a}") for a in answers), 0,
                                 text))

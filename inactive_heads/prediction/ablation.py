@@ -8,7 +8,6 @@ realized fractions are counted the same way.
 """
 
 import os
-from pathlib import Path
 from typing import Any
 
 from jaxtyping import Bool, Float, Int
@@ -26,7 +25,9 @@ from .probe import Predictor, pooled_features
 @register_ablation("predicted")
 class PredictedAblation(HeadAblation):
     """Zero the heads the predictor saved in ``path`` holds for each sequence (spec:
-    ``{"kind": "predicted", "path": DIR}``; ``path`` is stored absolute).
+    ``{"kind": "predicted", "path": DIR}``; ``path`` is stored absolute). ``digest``
+    (:meth:`Predictor.digest`), when given, must be the saved predictor's: a spec that names it
+    never runs a predictor fit again in the same folder.
 
     ``hold_groups=F`` applies the group-level rule (:func:`~inactive_heads.pruning.skipping.group_level`)
     to each decision: under grouped-query attention a KV group at least ``F`` of whose query heads
@@ -36,17 +37,27 @@ class PredictedAblation(HeadAblation):
     # The decision pools the whole sequence: inputs sharing a prefix decide differently on it.
     shares_prefix = False
 
-    def __init__(self, path: "str | os.PathLike", hold_groups: float | None = None):
+    def __init__(self, path: "str | os.PathLike", hold_groups: float | None = None, digest: str | None = None):
         super().__init__()
         self.path = str(check_path(path, "PredictedAblation path").resolve())
         self.hold_groups = None if hold_groups is None else check_group_fraction(hold_groups,
                                                                                  "PredictedAblation hold_groups")
         self.predictor = Predictor.load(self.path)
+        if digest is not None and digest != self.predictor.digest():
+            raise UserError(f"the predictor in {self.path} is not the one this ablation names (digest "
+                            f"{digest[:12]}..., the folder's is {self.predictor.digest()[:12]}...): it was fit "
+                            "again; evaluate it afresh (predict eval --fresh) or restore the predictor")
+        self.digest = digest
         self._previous: tuple[Any, int, Tensor] | None = None  # (batch token, layer, pooled features)
         self._n_kv_heads: int | None = None
 
     def params(self) -> dict[str, Any]:
-        return {"path": self.path} if self.hold_groups is None else {"path": self.path, "hold_groups": self.hold_groups}
+        out: dict[str, Any] = {"path": self.path}
+        if self.hold_groups is not None:
+            out["hold_groups"] = self.hold_groups
+        if self.digest is not None:
+            out["digest"] = self.digest
+        return out
 
     @property
     def lookahead(self) -> int:

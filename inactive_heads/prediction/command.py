@@ -5,11 +5,12 @@ on them, fits one predictor per ``--lookahead`` and saves each to ``OUT/lookahea
 generation task (GSM8K) the questions' inputs are their prompts, where ``decision="prompt"``
 decides the heads it holds while generating.
 ``eval DIR`` runs the oracle on the first ``--limit`` questions *after* the fit's (the plan is
-built for fit + limit questions; the fit's questions are left out by identity) and prints, per
-predictor, per-layer precision and recall against the oracle with the realized fractions. Each
-run's record goes to ``DIR/eval.runs.json`` as it ends; an eval of the same setup that is started
-again takes the runs finished there; a record of another setup is refused, as a sweep's folder is
-(``--fresh`` replaces it and runs them all again). Both hold the folder's
+built for fit + limit questions; the held-out ones are each subject's questions from the fit's
+limit on) and prints, per predictor, per-layer precision and recall against the oracle with the
+realized fractions. The closed-loop runs are one sweep into ``DIR/eval/``
+(:mod:`~inactive_heads.prediction.heldout`): an eval of the same setup that is started again takes
+the runs finished there; a folder of another setup is refused, as any sweep's is (``--fresh``
+removes it and runs them all again). Both hold the folder's
 :class:`~inactive_heads.core.lock.FolderLock` while they write: a second fit or eval on it stops.
 """
 
@@ -23,9 +24,6 @@ from ..core.io import write_json_atomic
 from ..core.lock import FolderLock
 from ..core.text import text_table
 from .probe import CONFIG_FILE, FitOptions, Predictor
-
-RUNS_FILE = "eval.runs.json"
-
 
 def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable, task_arguments: Callable,
                   positive_int: Callable, quantile: Callable) -> None:
@@ -65,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_arguments: Callable,
                     help="also run each predictor with the group-level rule: a KV group at least F of whose "
                     "query heads are held is held whole (e.g. 0.5)")
     ev.add_argument("--fresh", action="store_true",
-                    help=f"run every run again, replacing DIR/{RUNS_FILE} (the finished runs of an earlier eval "
-                    "of the same setup, or of another setup, which is refused otherwise)")
+                    help="run every run again, removing DIR/eval (the finished runs of an earlier eval of the same "
+                    "setup, or of another setup, which is refused otherwise)")
     ev.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
 
 
@@ -153,8 +151,7 @@ def _eval(args, load) -> int:
 
 
 def _eval_in(args, load, dirs: list[Path], folder: Path) -> int:
-    from ..evaluation.tasks import task_kind
-    from .oracle import evaluate_predictors
+    from .heldout import EVAL_FOLDER, evaluate_predictors
 
     predictors = {str(d.resolve()): Predictor.load(d) for d in dirs}
     first = next(iter(predictors.values())).config
@@ -163,6 +160,8 @@ def _eval_in(args, load, dirs: list[Path], folder: Path) -> int:
         raise UserError("the predictor does not name its task; pass --task")
     if args.limit is None:
         raise UserError("predict eval needs --limit N: the held-out questions after the fit's first ones")
+    if args.hold_groups is not None and not args.closed_loop:
+        raise UserError("--hold-groups runs each predictor as an ablation; drop --no-closed-loop")
     args.task = task
     if args.model is None:
         args.model = first.model
@@ -174,24 +173,31 @@ def _eval_in(args, load, dirs: list[Path], folder: Path) -> int:
     if args.dtype is None:  # the features the probes read depend on it: the fit's unless told otherwise
         args.dtype = first.fit.get("dtype") or "auto"
     model = load(args)
-    plan = _plan(model, args, fit_limit + args.limit)
-    if args.hold_groups is not None and not args.closed_loop:
-        raise UserError("--hold-groups runs each predictor as an ablation; drop --no-closed-loop")
-    if args.max_gen_toks is not None and task_kind(task) != "generation":
-        raise UserError(f"--max-gen-toks applies to generation tasks (gsm8k), not {task}; drop it")
-    runs_file = folder / RUNS_FILE
-    if args.fresh:
-        runs_file.unlink(missing_ok=True)
-    result = evaluate_predictors(model, predictors, plan, batch_size=args.batch_size,
+    runs = folder / EVAL_FOLDER
+    if args.fresh and runs.exists():
+        _remove_eval_sweep(runs)
+    result = evaluate_predictors(model, predictors, task, limit=fit_limit + args.limit, questions_from=fit_limit,
+                                 subjects=args.subjects, num_fewshot=args.num_fewshot,
+                                 apply_chat_template=args.apply_chat_template, batch_size=args.batch_size,
                                  closed_loop=args.closed_loop, baselines=args.baselines,
                                  max_gen_toks=args.max_gen_toks, hold_groups=args.hold_groups, progress=True,
-                                 runs_file=runs_file)
+                                 out=runs, model_name=args.model)
     write_json_atomic(folder / "eval.json", result)
     if args.json:
         print(json.dumps(result))
         return 0
     print(format_eval(result))
     return 0
+
+
+def _remove_eval_sweep(runs: Path) -> None:
+    """``--fresh``: remove the folder of an earlier eval's runs, if it is one (a sweep folder)."""
+    import shutil
+
+    if not (runs / "sweep.json").is_file():
+        raise UserError(f"--fresh removes {runs}, the runs of an earlier predict eval, but it holds no sweep.json; "
+                        "move it away first")
+    shutil.rmtree(runs)
 
 
 def _pct(x) -> str:

@@ -255,6 +255,18 @@ class Predictor:
             raise UserError(f"{directory / WEIGHTS_FILE} lacks the weights {missing}; refit the predictor")
         return cls(config, **{k: tensors[k] for k in ("mean", "scale", "down", "up", "bias")})
 
+    def digest(self) -> str:
+        """A SHA-256 of what the predictor's decisions depend on: its weights (float32 bytes), its
+        decision threshold and its lookahead; equal digests decide alike on every input."""
+        import hashlib
+
+        h = hashlib.sha256()
+        parts = [t.detach().cpu().contiguous().numpy().tobytes() for t in (self.mean, self.scale, self.down,
+                                                                            self.up, self.bias)]
+        for part in parts + [repr((self.config.decision_threshold, self.lookahead)).encode()]:
+            h.update(len(part).to_bytes(8, "little") + part)
+        return h.hexdigest()
+
     def check_model(self, n_layers: int, n_heads: int, d_model: int, name: str = "the model") -> None:
         """A one-line error when the predictor was fit for other shapes than ``name``'s."""
         c = self.config

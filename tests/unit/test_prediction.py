@@ -261,14 +261,38 @@ def test_predict_fit_rejects_a_wrong_score_or_output_before_loading_the_model(tm
         assert message in capsys.readouterr().err
 
 
-def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monkeypatch):
-    """``predict fit`` of both lookaheads on the tiny model, its plans made of ``sequences``."""
-    from inactive_heads.prediction import command
+def serve_plans(monkeypatch, questions):
+    """The task's questions, on the tiny model: ``plan_for_task`` (what fit, eval and the sweep
+    under eval plan with) gives the first ``limit`` of each subject asked for (all of them by
+    default), from ``questions`` = {subject: (sequences, prompt texts or None)}; a generation task
+    (a list in place of the mapping): the first ``limit`` requests."""
+    from inactive_heads.evaluation import registry
 
+    def plan_for_task(model, task, *, subjects=None, limit=None, **_):
+        if isinstance(questions, list):
+            return questions[:limit]
+        seqs, subs, texts = [], [], []
+        for subject in subjects or list(questions):
+            sequences, names = questions[subject]
+            names = [f"q{i}" for i in range(len(sequences))] if names is None else names
+            seqs += sequences[:limit]
+            subs += [subject] * len(sequences[:limit])
+            texts += names[:limit]
+        return tiny_plan(seqs, subject=subs, texts=texts)
+
+    monkeypatch.setattr(registry, "plan_for_task", plan_for_task)
+
+
+def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monkeypatch, questions=None,
+                                              subjects=None):
+    """``predict fit`` of both lookaheads on the tiny model, on the first ``n_fit`` questions of
+    ``sequences`` (one subject, anatomy); ``questions``: every subject's questions (for eval too),
+    ``subjects``: those the fit takes."""
     monkeypatch.setattr(cli.options, "load", lambda args: tiny)
-    monkeypatch.setattr(command, "_plan", lambda model, args, limit: tiny_plan(sequences[:limit]))
+    serve_plans(monkeypatch, questions or {"anatomy": (sequences, None)})
     assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU), "--lookahead",
-                     "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
+                     "0", "1", "--limit", str(n_fit), "--steps", "20", "--rank", "2", "--out", str(out),
+                     *(["--subjects", *subjects] if subjects else [])]) == 0
 
 
 def most_flagged(counts, k, means):
@@ -301,6 +325,24 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
         assert entry["teacher_forced"]["summary"] == pytest.approx(expected["summary"], nan_ok=True)
     assert set(result["accuracy"]) == {"oracle", "predicted_lookahead0", "predicted_lookahead1", "static", "random",
                                        "none"}
+    # the closed loop: each held-out input alone (batch 1, no padding) under the predictor's ablation
+    inputs = tiny_plan(sequences[16:]).inputs
+    for path, entry in result["predictors"].items():
+        rows = []
+        for tokens in inputs:
+            abl = ih.PredictedAblation(path)
+            with abl.apply(tiny), torch.inference_mode():
+                tiny(torch.tensor([tokens]))
+            rows.append(abl.stats.flagged_mask()[0])
+        expected = compare(torch.stack(rows), held.flags).to_dict()["summary"]
+        assert entry["closed_loop"]["summary"] == pytest.approx(expected, nan_ok=True)
+    # the runs are a sweep over questions 16..23 alone
+    baseline = json.loads((out / "eval" / "runs" / "baseline.json").read_text())
+    assert baseline["doc_ids"] == list(range(16, 24))
+    capsys.readouterr()
+    assert cli.main(["report", str(out / "eval")]) == 0  # a sweep folder as any: one row per run, no curve
+    table = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "@" in line.split(" ")[0]]
+    assert sorted(name.split("@")[0] for name in table) == ["dynamic", "predicted", "predicted", "random", "static"]
     assert printed.count("\nmean ") == 2
     # the static set against the oracle, by hand: the fit split's most-flagged pairs, held on every input
     fit_counts, fit_means = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU))
@@ -323,26 +365,27 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
 
 
 def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, tmp_path, monkeypatch, capsys):
-    """An eval whose plan holds none of the fit questions (other MMLU subjects) still runs the static
+    """An eval whose plan holds none of the fit questions (another MMLU subject) still runs the static
     set, ranked by the oracle's flags on the fit questions as the fit saved them; a predictor saved
     without them is a one-line error before the model runs."""
-    from inactive_heads.prediction import command, oracle
+    from inactive_heads.prediction import heldout
 
     sequences = random_sequences(24, seed=71, min_len=6, max_len=20)
+    other = random_sequences(24, seed=72, min_len=6, max_len=20)
     out = tmp_path / "p"
-    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
+    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch, subjects=["anatomy"],
+                                              questions={"anatomy": (sequences, None), "astronomy": (other, None)})
     fit_pass = collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU)  # an oracle pass of its own
     for folder in out.iterdir():  # what the fit saved: per (layer, head), on how many fit sequences it was held
         assert Predictor.load(folder).config.fit["oracle_flag_counts"] == fit_pass.flags.sum(dim=0).tolist()
-    heldout = tiny_plan(sequences[16:], subject="other")  # another subject: none of the fit's questions
-    monkeypatch.setattr(command, "_plan", lambda model, args, limit: heldout)
     capsys.readouterr()
-    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]) == 0
+    argv = ["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop", "--subjects", "astronomy"]
+    assert cli.main(argv) == 0
     result = json.loads((out / "eval.json").read_text())
     assert result["n_fit_questions_in_plan"] == 0 and result["n_heldout_questions"] == 8
     assert set(result["accuracy"]) == {"static", "random", "none"}
     counts, means = flags_and_means(fit_pass)
-    held = collect_oracle(tiny, heldout, "ahon_ln", TAU).flags.flatten(1).numpy()
+    held = collect_oracle(tiny, tiny_plan(other[16:]), "ahon_ln", TAU).flags.flatten(1).numpy()  # astronomy 16..23
     k = result["static_set"]["n_heads"]
     chosen = most_flagged(counts, k, means)
     hits = (held & chosen).sum()
@@ -350,13 +393,13 @@ def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, t
     assert result["static_set"]["vs_oracle"]["summary"]["micro_recall"] == pytest.approx(hits / held.sum())
 
     for folder in out.iterdir():  # a predictor from before the counts were saved
-        if folder.is_dir():
+        if folder.is_dir() and folder.name.startswith("lookahead-"):
             saved = json.loads((folder / "predictor.json").read_text())
             del saved["fit"]["oracle_flag_counts"]
             (folder / "predictor.json").write_text(json.dumps(saved))
-    monkeypatch.setattr(oracle, "collect_task_oracle", lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setattr(heldout, "collect_task_oracle", lambda *a, **k: pytest.fail("the model ran"))
     capsys.readouterr()
-    assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]) == 2
+    assert cli.main(argv + ["--fresh"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fit it again with predict fit, or drop --baselines" in err[0]
 
@@ -364,17 +407,15 @@ def test_a_split_by_subject_ranks_the_static_set_by_the_fits_saved_flags(tiny, t
 def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(tiny, tmp_path, monkeypatch, capsys):
     """Eval subjects that overlap the fit's in part: the static set is ranked by the oracle's flags on
     every fit question (as the fit saved them), not on the part the plan holds; without saved counts,
-    on that part, said so. A resumed eval runs the static set again when its heads changed, and
-    takes the other finished runs."""
-    from inactive_heads.prediction import command
-
+    on that part, said so. A resumed eval whose static set changed is another setup: refused, as a
+    sweep's folder is, until --fresh."""
     sequences = random_sequences(24, seed=71, min_len=6, max_len=20)
+    seqs = {"anatomy": sequences[:8], "astronomy": sequences[8:]}
     out = tmp_path / "p"
-    fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
-    texts = [f"q{i}" for i in range(8, 24)]  # fit questions 8-15, then new ones
-    plan = tiny_plan(sequences[8:], texts=texts)
-    monkeypatch.setattr(command, "_plan", lambda model, args, limit: plan)
-    argv = ["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop"]
+    fit_both_lookaheads_from_the_command_line(tiny, None, 8, out, monkeypatch, subjects=["anatomy", "astronomy"],
+                                              questions={name: (s, None) for name, s in seqs.items()})
+    # fit questions: anatomy 0-7 and astronomy 0-7; the eval's plan holds astronomy's 0-15
+    argv = ["predict", "eval", str(out), "--limit", "8", "--baselines", "--no-closed-loop", "--subjects", "astronomy"]
 
     def static_set():
         result = json.loads((out / "eval.json").read_text())
@@ -384,8 +425,9 @@ def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(t
             chosen[layer * tiny.cfg.n_heads + head] = True
         return result["static_set"], chosen
 
-    full = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[:16]), "ahon_ln", TAU))
-    part = flags_and_means(collect_oracle(tiny, tiny_plan(sequences[8:16]), "ahon_ln", TAU))
+    full = flags_and_means(collect_oracle(tiny, tiny_plan(seqs["anatomy"][:8] + seqs["astronomy"][:8]), "ahon_ln",
+                                          TAU))
+    part = flags_and_means(collect_oracle(tiny, tiny_plan(seqs["astronomy"][:8]), "ahon_ln", TAU))
     capsys.readouterr()
     assert cli.main(argv) == 0
     assert "held on every input, ranked by the fit's saved counts)" in capsys.readouterr().out
@@ -395,18 +437,19 @@ def test_a_plan_holding_some_fit_questions_ranks_the_static_set_by_all_of_them(t
     assert (chosen == most_flagged(full[0], k, full[1])).all() and first["ranked_by"] == "the fit's saved counts"
 
     for folder in out.iterdir():  # a predictor from before the counts were saved: the part the plan holds
-        if folder.is_dir():
+        if folder.is_dir() and folder.name.startswith("lookahead-"):
             saved = json.loads((folder / "predictor.json").read_text())
             del saved["fit"]["oracle_flag_counts"]
             (folder / "predictor.json").write_text(json.dumps(saved))
     capsys.readouterr()
-    assert cli.main(argv) == 0
-    progress = capsys.readouterr().err
+    assert cli.main(argv) == 2  # another static set (known after the oracle's pass): another sweep
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "holds a different sweep (differs in ablations); run predict eval with --fresh" in err[-1]
+    assert sum("error" in line for line in err) == 1
+    assert cli.main(argv + ["--fresh"]) == 0
     second, chosen = static_set()
     assert (chosen == most_flagged(part[0], k, part[1])).all()
     assert second["ranked_by"] == "this plan's 8 of the 16 fit questions"
-    assert "predict eval: running static" in progress  # another set than the finished run's
-    assert "predict eval: none: accuracy" in progress and "running none" not in progress  # taken from the first
 
 
 def test_predict_eval_loads_the_model_in_the_dtype_it_was_fit_in(tiny, tmp_path, monkeypatch):
@@ -480,7 +523,6 @@ def test_predict_fit_then_eval_on_a_generation_task_holds_heads_from_the_prompt(
     """GSM8K's path: fit on the first prompts, evaluate on the rest with generation (decision
     "prompt"); the figures equal those computed here on the held-out prompts alone, one at a time."""
     from inactive_heads.evaluation.generation import decide_on_prompts
-    from inactive_heads.prediction import command
     from inactive_heads.prediction.oracle import collect_oracle_prompts
 
     sequences = random_sequences(22, seed=81, min_len=6, max_len=20)
@@ -490,7 +532,7 @@ def test_predict_fit_then_eval_on_a_generation_task_holds_heads_from_the_prompt(
 
         monkeypatch.setattr(tiny, "tokenizer", _word_tokenizer(tmp_path / "tokenizer", TINY_GQA_VOCAB), raising=False)
     monkeypatch.setattr(cli.options, "load", lambda args: tiny)
-    monkeypatch.setattr(command, "_plan", lambda model, args, limit: requests[:limit])
+    serve_plans(monkeypatch, requests)
     out = tmp_path / "g"
     assert cli.main(["predict", "fit", "--model", "tiny", "--task", "gsm8k", "--threshold", str(TAU),
                      "--limit", "14", "--steps", "20", "--rank", "2", "--out", str(out)]) == 0
@@ -549,13 +591,18 @@ def test_prompt_held_generation_decided_inside_the_skipped_prefill_equals_the_si
 
 
 def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path, monkeypatch, capsys):
+    """predict eval's runs are one sweep in DIR/eval: stopped, it resumes with the runs it finished
+    (the sweep's records, byte for byte what a fresh eval writes, timings aside); another setup is
+    refused with one line before the model runs; a damaged folder too; --fresh starts again."""
     from inactive_heads.ablation.head_ablation import RandomAblation
-    from inactive_heads.prediction import command, oracle
+    from inactive_heads.evaluation import evaluator
+    from inactive_heads.prediction import oracle
+    from inactive_heads.sweep.record import VOLATILE_FIELDS
 
     out = tmp_path / "p"
     fit_both_lookaheads_from_the_command_line(tiny, random_sequences(20, seed=67, min_len=6, max_len=20), 12, out,
                                               monkeypatch)
-    passes, real_evaluate = [], oracle.evaluate
+    passes, real_evaluate = [], evaluator.evaluate
 
     def counted(model, plan, *, ablation=None, **kw):  # every pass of the model, by its ablation's kind
         passes.append(type(ablation).__name__)
@@ -563,52 +610,63 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
             raise KeyboardInterrupt
         return real_evaluate(model, plan, ablation=ablation, **kw)
 
-    monkeypatch.setattr(oracle, "evaluate", counted)
+    monkeypatch.setattr(oracle, "evaluate", counted)  # the oracle's pass
+    monkeypatch.setattr(evaluator, "evaluate", counted)  # the sweep's passes
+
+    def records():
+        found = {}
+        for f in sorted((out / "eval" / "runs").glob("*.json")):
+            d = json.loads(f.read_text())
+            found[f.name] = {k: v for k, v in d.items() if k not in VOLATILE_FIELDS}
+        return found
+
     evaluate_cmd = ["predict", "eval", str(out), "--limit", "8", "--baselines"]
-    stop_at = RandomAblation  # stopped during the fifth of six runs
+    stop_at = RandomAblation  # stopped during the last of six runs
     assert cli.main(evaluate_cmd) == 130
     assert not (out / "eval.json").exists()
-    stored = json.loads((out / command.RUNS_FILE).read_text())
-    assert list(stored["runs"]) == ["oracle", "predicted_lookahead0", "predicted_lookahead1", "static"]
+    assert passes == ["_OracleWithFeatures", "NoneType", "DynamicAblation", "PredictedAblation", "PredictedAblation",
+                      "StaticAblation", "RandomAblation"]
+    assert len(records()) == 5 and not any(name.startswith("random@") for name in records())
 
     stop_at, passes[:] = None, []
     capsys.readouterr()
     assert cli.main(evaluate_cmd) == 0
-    assert passes == ["_OracleWithFeatures", "RandomAblation", "NoneType"]  # the oracle's features, then what was left
-    assert capsys.readouterr().err.count("(finished earlier: ") == 4
-    resumed = json.loads((out / "eval.json").read_text())
+    assert passes == ["_OracleWithFeatures", "RandomAblation"]  # the oracle's features, then what was left
+    resumed, resumed_records = json.loads((out / "eval.json").read_text()), records()
+    assert len(resumed_records) == 6
 
     passes[:] = []
     assert cli.main([*evaluate_cmd, "--fresh"]) == 0
     assert len(passes) == 7
     fresh = json.loads((out / "eval.json").read_text())
     resumed.pop("seconds"), fresh.pop("seconds")
-    assert resumed == fresh  # what was taken from the file is what running it again gives
+    assert resumed == fresh  # what was taken from the folder is what running it again gives
+    assert records() == resumed_records  # the records too, to the value
     assert len({run["realized_fraction"] for run in fresh["accuracy"].values()}) > 2  # the runs differ: a mix-up shows
 
-    # another setup: the group-level rule changes what a run is; as a sweep's folder, the record is
+    # another setup: the group-level rule changes what a run is; as any sweep's folder, it is
     # refused with one line naming what differs, before any pass, and left as it was
-    passes[:], before = [], (out / command.RUNS_FILE).read_bytes()
+    passes[:], before = [], (out / "eval" / "sweep.json").read_bytes()
     capsys.readouterr()
     assert cli.main([*evaluate_cmd, "--hold-groups", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "holds a different predict evaluation (differs in hold_groups)" in err[0]
-    assert passes == [] and (out / command.RUNS_FILE).read_bytes() == before
+    assert len(err) == 1 and "holds a different sweep (differs in ablations); run predict eval with --fresh" in err[0]
+    assert passes == [] and (out / "eval" / "sweep.json").read_bytes() == before
     assert cli.main([*evaluate_cmd, "--hold-groups", "0.5", "--fresh"]) == 0 and len(passes) == 9
-    # a damaged record is refused too, never half-read; --fresh replaces it
-    (out / command.RUNS_FILE).write_text('{"format": 1, "identity": [], "runs": {}}')
+    # a damaged folder is refused too, never half-read; --fresh replaces it
+    (out / "eval" / "sweep.json").write_text('{"format_version": 3, "model": ')
     passes[:] = []
     capsys.readouterr()
     assert cli.main(evaluate_cmd) == 2
-    assert passes == [] and "is not a record of finished predict eval runs" in capsys.readouterr().err
+    assert passes == [] and "is not a results file of inactive-heads" in capsys.readouterr().err
     assert cli.main([*evaluate_cmd, "--fresh"]) == 0 and len(passes) == 7
-    assert list(json.loads((out / command.RUNS_FILE).read_text())["runs"]) == list(fresh["accuracy"])
+    assert records() == resumed_records
     capsys.readouterr()
 
     # one writer at a time: an eval or a fit on a folder another eval holds stops before loading anything
     from inactive_heads.core.lock import FolderLock
 
-    before = (out / command.RUNS_FILE).read_bytes()
+    before = (out / "eval" / "sweep.json").read_bytes()
     passes[:] = []
     with FolderLock(out, work="predict eval"):
         assert cli.main(evaluate_cmd) == 2
@@ -617,8 +675,8 @@ def test_a_stopped_predict_eval_resumes_with_the_runs_it_finished(tiny, tmp_path
         assert cli.main(["predict", "fit", "--model", "tiny", "--task", "mmlu", "--threshold", str(TAU),
                          "--limit", "12", "--out", str(out)]) == 2
         assert "is in use by another predict eval" in capsys.readouterr().err
-    assert passes == [] and (out / command.RUNS_FILE).read_bytes() == before
-    assert not (out / ".lock").exists()  # and the evals above left none behind
+    assert passes == [] and (out / "eval" / "sweep.json").read_bytes() == before
+    assert not (out / ".lock").exists() and not (out / "eval" / ".lock").exists()  # the evals above left none
 
 
 def test_the_static_set_breaks_a_tie_in_flag_counts_by_the_mean_score(tiny):
@@ -626,7 +684,8 @@ def test_the_static_set_breaks_a_tie_in_flag_counts_by_the_mean_score(tiny):
     held-out realized fraction asks for 2 heads. static_heads' rule takes the lower mean ahon_ln
     score first: (2, 4) (mean 0.1), then (1, 3) (0.2); not (0, 1) (0.3), which the (layer, head)
     order alone would take first. From the fit's saved counts and means, the same set."""
-    from inactive_heads.prediction.oracle import OracleData, static_set
+    from inactive_heads.prediction.heldout import static_set
+    from inactive_heads.prediction.oracle import OracleData
 
     L, H = tiny.cfg.n_layers, tiny.cfg.n_heads
     flags = torch.zeros(4, L, H, dtype=torch.bool)
