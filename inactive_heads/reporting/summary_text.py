@@ -66,7 +66,10 @@ def format_table(
         lines.append(f"note: {note}")
     frame = summary_table(results, tolerance)
     if frame.empty:
-        lines.append("no score curve has finished yet." if results.ablation_keys else "no ablation run has finished yet.")
+        if not results.ablation_keys:
+            lines.append("no ablation run has finished yet.")
+        elif results.config.scores or results.config.include_random:  # curves planned, none finished
+            lines.append("no score curve has finished yet.")
         lines += _ablations_text(results)
         return "\n".join(lines)
     header = ["rank", "score", f"max % zeroed within {_tol(tolerance)}", "normalized AUC",
