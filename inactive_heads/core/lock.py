@@ -1,7 +1,7 @@
 """A results folder's lock: one writer at a time.
 
 A sweep, ``predict fit`` and ``predict eval`` each write a folder bit by bit (records, predictors,
-``eval.json``) and resume from what they find there. Two of them on one folder at once would
+the eval's sweep) and resume from what they find there. Two of them on one folder at once would
 overwrite each other's files, so each holds ``<folder>/.lock`` — a small JSON object naming the
 work, the host, the process and since when — while it writes; a second one stops with a one-line
 :class:`FolderInUseError` naming the holder. A lock left by a process that no longer runs on this

@@ -57,8 +57,6 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], task: str, *, l
     with the same setup takes the runs finished there, a folder of another setup is refused with
     one line. ``model_name``: the name the sweep's records give the model (default its own).
     """
-    from ..sweep.passes import question_window
-
     score, threshold = _one_oracle(model, predictors)
     start = time.perf_counter()
 
@@ -71,30 +69,10 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], task: str, *, l
     config = _sweep_config(model, model_name, task, limit=limit, first=first, subjects=subjects,
                            num_fewshot=num_fewshot, apply_chat_template=apply_chat_template, batch_size=batch_size,
                            max_gen_toks=max_gen_toks)
-    from ..sweep.passes import plan_for
-
-    plan = plan_for(replace(config, questions_from=0), model)  # every question up to limit: the fit's too
     saved_fit = next((p.config.fit for p in predictors.values() if "oracle_flag_counts" in p.config.fit), None)
-    if baselines and saved_fit is None and fit_questions.isdisjoint(plan_question_keys(plan)):
-        raise UserError("the static set of --baselines ranks heads by the oracle's flags on the fit questions, "
-                        "which this plan does not hold (other subjects?) and the predictor does not save (fit "
-                        "before it did); fit it again with predict fit, or drop --baselines")
-    window = set(question_window(plan, first))
+    plan, window = _plan_and_window(model, config, fit_questions, static_from_plan=baselines and saved_fit is None)
     keys = plan_question_keys(plan)
-    if not window:
-        raise UserError(f"the task has no question at index {first} or later within the first {limit}; "
-                        f"a larger --limit evaluates questions after the fit's first {first}")
-    if any(keys[i] in fit_questions for i in window):
-        raise UserError(f"questions {first}..{limit - 1} include questions the predictor was fit on; evaluate "
-                        "from a later question (questions_from at least the fit's limit)")
-    runs: dict[str, Any] = {}  # run name -> ablation; the static set and Random once the oracle has run
-    if closed_loop:
-        runs["oracle"] = DynamicAblation(score, threshold)
-        for path, predictor in predictors.items():
-            name = f"predicted_lookahead{predictor.lookahead}"
-            runs[name] = _predicted(path, predictor, None)
-            if hold_groups is not None:
-                runs[f"{name}_groups"] = _predicted(path, predictor, hold_groups)
+    runs = _closed_loop_runs(score, threshold, predictors, hold_groups) if closed_loop else {}
     if out is not None and (closed_loop or baselines):
         _refuse_another_setup(config, Path(out), [a.to_spec() for a in runs.values()])
     say(f"the oracle's pass for its flags and features ({len(keys)} inputs)")
@@ -120,6 +98,41 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], task: str, *, l
     result["accuracy"] = {name: _summary(records[name]) for name in [*runs, "none"] if name in records}
     result["seconds"] = round(time.perf_counter() - start, 1)
     return result
+
+
+def _plan_and_window(model, config, fit_questions: set[str], *, static_from_plan: bool):
+    """The plan of every question up to the limit (the fit's too: the static set may be counted on
+    them) and the indices of its held-out inputs, after the checks that need no model pass."""
+    from ..sweep.passes import plan_for, question_window
+
+    first, limit = config.questions_from, config.limit
+    plan = plan_for(replace(config, questions_from=0), model)
+    keys = plan_question_keys(plan)
+    if static_from_plan and fit_questions.isdisjoint(keys):
+        raise UserError("the static set of --baselines ranks heads by the oracle's flags on the fit questions, "
+                        "which this plan does not hold (other subjects?) and the predictor does not save (fit "
+                        "before it did); fit it again with predict fit, or drop --baselines")
+    window = set(question_window(plan, first))
+    if not window:
+        raise UserError(f"the task has no question at index {first} or later within the first {limit}; "
+                        f"a larger --limit evaluates questions after the fit's first {first}")
+    if any(keys[i] in fit_questions for i in window):
+        raise UserError(f"questions {first}..{limit - 1} include questions the predictor was fit on; evaluate "
+                        "from a later question (questions_from at least the fit's limit)")
+    return plan, window
+
+
+def _closed_loop_runs(score: str, threshold: float, predictors: dict[str, Predictor],
+                      hold_groups: float | None) -> dict[str, Any]:
+    """The runs known before the oracle's pass, by name: the oracle and each predictor (with the
+    group-level rule too, when ``hold_groups``); the static set and Random follow the pass."""
+    runs: dict[str, Any] = {"oracle": DynamicAblation(score, threshold)}
+    for path, predictor in predictors.items():
+        name = f"predicted_lookahead{predictor.lookahead}"
+        runs[name] = _predicted(path, predictor, None)
+        if hold_groups is not None:
+            runs[f"{name}_groups"] = _predicted(path, predictor, hold_groups)
+    return runs
 
 
 def _predicted(path: str, predictor: Predictor, hold_groups: float | None):
