@@ -97,17 +97,17 @@ $(STAMP): pyproject.toml Makefile
 # Two phases. First everything but Ray in TEST_WORKERS processes (pytest-xdist), each running whole
 # test files (--dist loadfile: module fixtures are built once) with TEST_THREADS torch threads: much
 # of the suite is single-threaded Python, so 2 one-thread processes keep 2 cores busy without
-# oversubscribing them. Then the Ray tests (one file) alone: Ray's own workers need the cores.
+# oversubscribing them. Then the Ray tests (two files) alone: Ray's own workers need the cores.
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
-RAY_TESTS := tests/integration/test_distributed.py
+RAY_TESTS := tests/integration/test_distributed.py tests/integration/test_sweep_resume_ray.py
 # The line a run is on, first, so a failure's log names it (pytest's header says it too).
 TL_BANNER = @echo "== $@ on $$($(VPY) -c 'from importlib.metadata import version; print("transformer-lens", version("transformer-lens"))') ($(VENV))"
 
 test: setup
 	$(TL_BANNER)
 	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
-	    --ignore=$(RAY_TESTS)
+	    $(addprefix --ignore=,$(RAY_TESTS))
 	$(VPY) -m pytest -q --durations=5 $(RAY_TESTS)
 
 test-fast: setup

@@ -58,10 +58,12 @@ def environment() -> dict[str, str]:
 
 def run_until(stop_after: str, args: list[str], out: Path, log: Path) -> None:
     """Run the command until it has written ``stop_after`` (a file name under ``out``), then
-    SIGKILL it; ``"-"``: run it to the end."""
+    SIGKILL it; ``"-"``: run it to the end. The command runs in a process group of its own, which
+    is SIGKILLed after it: what it started (an embedded Ray's processes) never outlives it."""
     command = [sys.executable, str(HERE / "paused_sweep.py"), stop_after, *args]
     with open(log, "a") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=environment())
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=environment(),
+                                start_new_session=True)
         try:
             deadline = time.monotonic() + WAIT_S
             while stop_after == "-" or not any(out.rglob(stop_after)):
@@ -77,6 +79,10 @@ def run_until(stop_after: str, args: list[str], out: Path, log: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # nothing left in the group
+                pass
     assert proc.returncode == -signal.SIGKILL
 
 
@@ -88,6 +94,7 @@ def assert_same_folders(whole: Path, resumed: Path) -> None:
     from inactive_heads.scoring.recording import HeadScores
 
     assert sorted(p.name for p in (resumed / "runs").iterdir()) == sorted(f"{r}.json" for r in RUN_IDS)
+    assert sorted(p.name for p in (whole / "runs").iterdir()) == sorted(f"{r}.json" for r in RUN_IDS)
     differing = [rid for rid in RUN_IDS if stable(read_json_file(resumed / "runs" / f"{rid}.json"), VOLATILE)
                  != stable(read_json_file(whole / "runs" / f"{rid}.json"), VOLATILE)]
     assert not differing, f"records differ from the uninterrupted sweep's: {differing}"
@@ -98,13 +105,13 @@ def assert_same_folders(whole: Path, resumed: Path) -> None:
     assert stable(a.metadata, SCORES_VOLATILE) == stable(b.metadata, SCORES_VOLATILE)
 
 
-def kill_and_resume(model: str, tmp_path: Path) -> None:
+def kill_and_resume(model: str, tmp_path: Path, kill_after=KILL_AFTER, extra: tuple[str, ...] = ()) -> None:
     whole, resumed, log = tmp_path / "whole", tmp_path / "resumed", tmp_path / "sweep.log"
-    run_until("-", sweep_args(model, whole), whole, log)
-    for point in KILL_AFTER:
-        run_until(point, sweep_args(model, resumed), resumed, log)
+    run_until("-", [*sweep_args(model, whole), *extra], whole, log)
+    for point in kill_after:
+        run_until(point, [*sweep_args(model, resumed), *extra], resumed, log)
         assert not (resumed / "runs.parquet").exists()  # killed before the end
-    run_until("-", sweep_args(model, resumed), resumed, log)
+    run_until("-", [*sweep_args(model, resumed), *extra], resumed, log)
     assert_same_folders(whole, resumed)
 
 
