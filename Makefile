@@ -118,7 +118,8 @@ test-fast: setup
 # family against Hugging Face, the authors'-formula scores, lm-eval's prompts and answers, skipped
 # heads against the zeroing simulation in float64 on SmolLM2), one sweep, a sweep killed and resumed
 # (its records equal an uninterrupted sweep's to the byte), and the cross-line comparison (when the
-# other line's virtualenv exists). On TL=4 the tests that need
+# other line's virtualenv exists); then, alone (Ray's workers need the cores), the Ray sweep whose
+# driver is SIGKILLed and resumed. On TL=4 the tests that need
 # HookedTransformer are deselected (pytest reports how many).
 COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests/integration/test_families.py \
     tests/integration/test_scores_reference.py tests/integration/test_evaluate_independent.py \
@@ -127,6 +128,7 @@ COMPAT_TESTS := tests/unit inactive_heads tests/integration/test_models.py tests
 test-compat: setup
 	$(TL_BANNER)
 	IH_OTHER_PYTHON=$(wildcard $(OTHER_VPY)) OMP_NUM_THREADS=$(TEST_THREADS) $(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile $(COMPAT_TESTS)
+	$(VPY) -m pytest -q tests/integration/test_sweep_resume_ray.py
 
 demo: setup
 	$(VENV)/bin/inactive-heads demo
