@@ -91,7 +91,7 @@ def evaluate_predictors(model, predictors: dict[str, Predictor], task: str, *, l
                                                  else None, in_plan=len(in_plan), n_fit=len(fit_questions))
         runs["static"] = StaticAblation(heads)
         runs["random"] = RandomAblation(float(held.flags.double().mean()), seed=0)
-    records, flags = _run_closed_loop(model, config, runs, out, progress, say) if runs else ({}, {})
+    records, flags = _run_closed_loop(model, config, plan, runs, out, progress, say) if runs else ({}, {})
     for path, predictor in predictors.items():
         result["predictors"][path] = _predictor_entry(model, predictor, held, records, flags,
                                                       closed_loop=closed_loop, hold_groups=hold_groups)
@@ -192,21 +192,25 @@ def _refuse_another_setup(config, folder: Path, known: list[dict[str, Any]]) -> 
     check_same_setup(folder, have, want, what="sweep", fix=FIX, ignore=("dtype", "device"))
 
 
-def _run_closed_loop(model, config, runs: dict[str, Any], out, progress: bool, say):
-    """Run the closed-loop runs as one sweep into ``out``; each run's record and flags by name
-    (``none``: the sweep's baseline, which has no flags)."""
+def _run_closed_loop(model, config, plan, runs: dict[str, Any], out, progress: bool, say):
+    """Run the closed-loop runs as one sweep into ``out`` on the held-out part of ``plan`` (the
+    eval's plan, tokenized once); each run's record and flags by name (``none``: the sweep's
+    baseline, which has no flags)."""
     from ..analysis.tables import BASELINE
     from ..sweep.config import ablation_key
+    from ..sweep.executors.local import LocalExecutor
     from ..sweep.folder import check_folder, read_flags, read_records
-    from ..sweep.run import run_sweep
+    from ..sweep.passes import questions_from
+    from ..sweep.sequence import run_sequence
 
     specs = {name: ablation.to_spec() for name, ablation in runs.items()}
-    config = replace(config, ablations=list(specs.values()))
+    config = replace(config, ablations=list(specs.values())).validate()
+    heldout = questions_from(plan, config.questions_from, "questions_from")  # what plan_for(config) makes
     with tempfile.TemporaryDirectory(prefix="predict-eval-") as scratch:
         folder = Path(scratch) if out is None else Path(out)
-        check_folder(config.validate(), folder, fix=FIX)
+        check_folder(config, folder, fix=FIX)
         say(f"closed-loop runs ({', '.join(runs)}, none) as a sweep in {folder}")
-        run_sweep(config, folder, model=model, progress=progress)
+        run_sequence(config, folder, LocalExecutor(config, folder, model=model, progress=progress, plan=heldout))
         records = read_records(folder)
         by_name = {name: ablation_key(spec) for name, spec in specs.items()}
         flags = {name: read_flags(folder, rid) for name, rid in by_name.items()}

@@ -265,10 +265,14 @@ def serve_plans(monkeypatch, questions):
     """The task's questions, on the tiny model: ``plan_for_task`` (what fit, eval and the sweep
     under eval plan with) gives the first ``limit`` of each subject asked for (all of them by
     default), from ``questions`` = {subject: (sequences, prompt texts or None)}; a generation task
-    (a list in place of the mapping): the first ``limit`` requests."""
+    (a list in place of the mapping): the first ``limit`` requests. Returns the list of the calls'
+    limits."""
     from inactive_heads.evaluation import registry
 
+    calls = []
+
     def plan_for_task(model, task, *, subjects=None, limit=None, **_):
+        calls.append(limit)
         if isinstance(questions, list):
             return questions[:limit]
         seqs, subs, texts = [], [], []
@@ -281,6 +285,7 @@ def serve_plans(monkeypatch, questions):
         return tiny_plan(seqs, subject=subs, texts=texts)
 
     monkeypatch.setattr(registry, "plan_for_task", plan_for_task)
+    return calls
 
 
 def fit_both_lookaheads_from_the_command_line(tiny, sequences, n_fit, out, monkeypatch, questions=None,
@@ -314,7 +319,9 @@ def test_predict_fit_then_eval_on_held_out_questions_from_the_command_line(tiny,
     fit_both_lookaheads_from_the_command_line(tiny, sequences, 16, out, monkeypatch)
     assert sorted(p.name for p in out.iterdir()) == ["lookahead-0", "lookahead-1"]
     capsys.readouterr()
+    planned = serve_plans(monkeypatch, {"anatomy": (sequences, None)})
     assert cli.main(["predict", "eval", str(out), "--limit", "8", "--baselines"]) == 0
+    assert planned == [24]  # the questions are tokenized once: the oracle's pass and the sweep share them
     printed, progress = capsys.readouterr()
     result = json.loads((out / "eval.json").read_text())
     assert result["n_heldout_questions"] == 8 and result["n_fit_questions_in_plan"] == 16

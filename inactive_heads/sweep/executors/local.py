@@ -25,11 +25,13 @@ from ..passes import (
 
 class LocalExecutor:
     """Runs every pass of a sweep in this process (:class:`~inactive_heads.sweep.sequence.Executor`).
-    ``model``, when given, must be the model ``config.model`` names."""
+    ``model``, when given, must be the model ``config.model`` names; ``plan``, when given, the
+    inputs :func:`~inactive_heads.sweep.passes.plan_for` makes for ``config`` on it (a caller that
+    has tokenized them already, so they are tokenized once)."""
 
-    def __init__(self, config: SweepConfig, out: Path, *, model=None, progress: bool = True):
+    def __init__(self, config: SweepConfig, out: Path, *, model=None, progress: bool = True, plan=None):
         self.config, self.out, self.model, self.progress = config, out, model, progress
-        self.plan = None
+        self.plan = plan
 
     def start(self) -> SweepConfig:
         if self.model is None:
@@ -38,7 +40,8 @@ class LocalExecutor:
             check_model_matches(self.config, self.model)
         # The inputs first: a task the model cannot be prompted with (e.g. WinoGrande 0-shot with a
         # chat template) fails before sweep.json is written, leaving the folder as it was.
-        self.plan = plan_for(self.config, self.model)
+        if self.plan is None:
+            self.plan = plan_for(self.config, self.model)
         return resolved_for(self.config, self.model)
 
     def baseline(self, scores: bool, record: bool):
