@@ -65,6 +65,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ahon-ln", type=float, nargs=3, default=[0.3, 0.5, 0.7], help="AHON (LN) thresholds")
     parser.add_argument("--awft", type=float, nargs=3, default=[0.95, 0.9, 0.8], help="AWFT thresholds")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                        help="run only these variants (default: all; 'hf' and 'plain' always run, the "
+                             "anchors every ratio is taken against), e.g. --variants sweep_none sweep_reuse")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
@@ -110,6 +113,11 @@ def main():
         "sweep_none": lambda: run_sweep(False),
         "sweep_reuse": lambda: run_sweep(True),
     }
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(variants))
+        if unknown:
+            parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(variants)}")
+        variants = {k: v for k, v in variants.items() if k in {"hf", "plain", *args.variants}}
     best: dict[str, float] = {}
     out: dict[str, object] = {}
     for round_ in range(args.rounds):
@@ -124,50 +132,59 @@ def main():
     n = plain_n = out["plain"].n
     qps = {name: n / s for name, s in best.items() if not name.startswith("sweep")}
     hf_lls = out["hf"]
-    sweep_none, sweep_reuse = out["sweep_none"], out["sweep_reuse"]
-    identical = all(a.correct == b.correct and a.realized_fraction_per_layer == b.realized_fraction_per_layer
-                    for a, b in zip(sweep_none, sweep_reuse))
-    # Reuse runs on HookedTransformer only: on a bridge (TransformerLens 4) nothing is reused.
-    computed = sum(r.prefix_reuse.get("prefix_layers_computed", 0) for r in sweep_reuse)
-    needed = sum(r.prefix_reuse.get("prefix_layers_needed", 0) for r in sweep_reuse)
     print(f"\n{args.model}: MMLU {', '.join(args.subjects)} (limit {args.limit}/subject), n={plain_n}, "
           f"batch size {args.batch_size}, {args.threads} threads, best of {args.rounds} interleaved rounds")
     print(f"{'variant':16s} {'seconds':>8s} {'q/s':>7s} {'x hf q/s':>9s}")
     for name, s in best.items():
         ratio = f"{qps[name] / qps['hf']:9.2f}" if name in qps else f"{'':9s}"
         print(f"{name:16s} {s:8.2f} {n / s if name in qps else float('nan'):7.2f} {ratio}")
-    print(json.dumps({
+    ratios = {f"ratio_qps_{RATIO_NAMES.get(name, name)}_vs_hf": round(q / qps["hf"], 3)
+              for name, q in qps.items() if name != "hf"}
+    summary = {
         **library_versions(),
         "model": args.model,
         "model_class": type(model).__name__,
+        "subjects": args.subjects,
+        "limit_per_subject": args.limit,
         "n_questions": plain_n,
         "batch_size": args.batch_size,
         "threads": args.threads,
         "rounds": args.rounds,
         "questions_per_s": {k: round(v, 3) for k, v in qps.items()},
-        "ratio_qps_plain_vs_hf": round(qps["plain"] / qps["hf"], 3),
-        "ratio_qps_plain_exact_vs_hf": round(qps["plain_exact"] / qps["hf"], 3),
-        "ratio_qps_plain_reuse_vs_hf": round(qps["plain_reuse"] / qps["hf"], 3),
-        "ratio_qps_plain_bridge_vs_hf": round(qps["plain_bridge"] / qps["hf"], 3),
-        "ratio_qps_dynamic_vs_hf": round(qps["dynamic_ahon_ln"] / qps["hf"], 3),
-        "ratio_qps_dynamic_fast_vs_hf": round(qps["dynamic_ahon_ln_fast"] / qps["hf"], 3),
-        "ratio_qps_dynamic_reuse_vs_hf": round(qps["dynamic_ahon_ln_reuse"] / qps["hf"], 3),
-        "ratio_qps_dynamic_awft_vs_hf": round(qps["dynamic_awft"] / qps["hf"], 3),
-        "ratio_qps_dynamic_awft_fast_vs_hf": round(qps["dynamic_awft_fast"] / qps["hf"], 3),
-        "ratio_qps_dynamic_awft_reuse_vs_hf": round(qps["dynamic_awft_reuse"] / qps["hf"], 3),
-        "ratio_qps_static_vs_hf": round(qps["static"] / qps["hf"], 3),
-        # speed-up of the sweep from prefix reuse: wall without / wall with (goal: >= 2)
+        **ratios,
+        "plain_answers_equal_hf": out["plain"].correct == [
+            max(range(len(ll)), key=ll.__getitem__) == req.gold for ll, req in zip(hf_lls, plan.requests)],
+        "plain_max_abs_dll_vs_hf": max_abs_diff(out["plain"].loglikelihoods, hf_lls),
+    }
+    if "sweep_none" in out and "sweep_reuse" in out:
+        summary.update(sweep_summary(out["sweep_none"], out["sweep_reuse"], best))
+    print(json.dumps(summary))
+
+
+# The JSON names of the ratios (kept from before variants could be chosen).
+RATIO_NAMES = {"dynamic_ahon_ln": "dynamic", "dynamic_ahon_ln_fast": "dynamic_fast",
+               "dynamic_ahon_ln_reuse": "dynamic_reuse"}
+
+
+def sweep_summary(sweep_none, sweep_reuse, best) -> dict:
+    """The sweep's speed-up from prefix reuse, what the cache held, and how far the records moved."""
+    identical = all(a.correct == b.correct and a.realized_fraction_per_layer == b.realized_fraction_per_layer
+                    for a, b in zip(sweep_none, sweep_reuse))
+    computed = sum(r.prefix_reuse.get("prefix_layers_computed", 0) for r in sweep_reuse)
+    needed = sum(r.prefix_reuse.get("prefix_layers_needed", 0) for r in sweep_reuse)
+    return {
+        # speed-up of the sweep from prefix reuse: wall without / wall with
         "ratio_wall_sweep_reuse_vs_none": round(best["sweep_none"] / best["sweep_reuse"], 3),
         "wall_sweep_s": {"none": round(best["sweep_none"], 2), "reuse": round(best["sweep_reuse"], 2)},
         "prefix_reuse_hit_rate": round(1 - computed / needed, 3) if needed else None,
+        "prefix_reuse_hit_rate_per_run": [r.prefix_reuse.get("hit_rate") for r in sweep_reuse],
+        "seconds_per_run": {"none": [round(r.seconds, 2) for r in sweep_none],
+                            "reuse": [round(r.seconds, 2) for r in sweep_reuse]},
         "prefix_reuse_branches": sum(r.prefix_reuse.get("branches", 0) for r in sweep_reuse),
         "sweep_records_identical": identical,
         "sweep_max_abs_dll_reuse_vs_none": max(max_abs_diff(a.loglikelihoods, b.loglikelihoods)
                                                for a, b in zip(sweep_none, sweep_reuse)),
-        "plain_answers_equal_hf": out["plain"].correct == [
-            max(range(len(ll)), key=ll.__getitem__) == req.gold for ll, req in zip(hf_lls, plan.requests)],
-        "plain_max_abs_dll_vs_hf": max_abs_diff(out["plain"].loglikelihoods, hf_lls),
-    }))
+    }
 
 
 if __name__ == "__main__":
