@@ -26,8 +26,9 @@ Stages, in this order, in one process, in ``--dtype`` (bfloat16 by default) on t
 6. ``export``: the pruned checkpoint without the static 10 % of heads by AHON (LN) (zeroed for
    families without a pruned class), written to ``--export`` (default ``<dir>-pruned``);
 7. ``fp32``: the model is freed; the first ``--fp32-layers`` layers cut from the same weights in
-   float32, and the same three checks there, plus Hugging Face's own bfloat16-vs-float32 difference
-   on that cut (the rounding that bounds any bfloat16 comparison).
+   float32, and the same three checks there; then the rounding that bounds any bfloat16
+   comparison, on that cut: Hugging Face's bfloat16 logits and the toolkit's (the cut loaded in
+   bfloat16), each against Hugging Face's float32 logits. ``--fp32-only`` runs this stage alone.
 
 Memory: before each stage the available memory, after it ``VmHWM`` (the process's resident
 high-water mark so far, from /proc/self/status) and the stage's own peak (resident set sampled every 20 ms by a thread). Both
@@ -349,7 +350,9 @@ def pipeline(args, stages: Stages, directory: Path) -> dict:
 
 
 def fp32_cut(args, directory: Path) -> dict:
-    """The first layers in float32: the same checks, and HF's own bfloat16 against float32."""
+    """The first layers in float32: the same checks; then the bfloat16 rounding that bounds any
+    bfloat16 comparison, on the same cut and tokens: Hugging Face's bfloat16 forward and the
+    toolkit's, each against Hugging Face's float32 forward, and against each other."""
     import torch
 
     import inactive_heads as ih
@@ -363,9 +366,20 @@ def fp32_cut(args, directory: Path) -> dict:
         fp32 = hf(tokens).logits
         hf.to(torch.bfloat16)  # the twin's own tensors are the model's: it is not used after this
         bf16 = hf(tokens).logits.float()
-    out["hf_bf16_vs_fp32_max_abs_diff"] = (bf16 - fp32).abs().max().item()
-    out["hf_bf16_vs_fp32_rel_diff"] = out["hf_bf16_vs_fp32_max_abs_diff"] / fp32.abs().max().item()
     del model, hf
+    gc.collect()
+    # the same weights in bfloat16 (the cut is their exact float32 image, so the cast back is exact)
+    model = ih.load_model(str(cut), dtype="bfloat16", device="cpu", progress=False)
+    with torch.inference_mode():
+        ours = model(tokens).float()
+    scale = fp32.abs().max().item()
+    for name, diff in (("hf_bf16_vs_fp32", bf16 - fp32), ("ours_bf16_vs_fp32", ours - fp32),
+                       ("ours_bf16_vs_hf_bf16", ours - bf16)):
+        out[f"{name}_max_abs_diff"] = diff.abs().max().item()
+        out[f"{name}_rel_diff"] = out[f"{name}_max_abs_diff"] / scale
+    out["ours_bf16_argmax_equal_hf_bf16"] = bool(torch.equal(ours.argmax(-1), bf16.argmax(-1)))
+    out["fp32_layers"] = args.fp32_layers
+    del model
     gc.collect()
     shutil.rmtree(cut)
     return out
@@ -395,6 +409,10 @@ def table(stages: Stages, weights: int, figures: dict) -> None:
                   f"changing logits by {n['ablated_changed_logits_by']:.2e}), scores max rel diff "
                   f"{n['scores_max_rel_diff']:.2e}" + (f", HF bf16 vs fp32 rel diff {n['hf_bf16_vs_fp32_rel_diff']:.2e}"
                                                       if "hf_bf16_vs_fp32_rel_diff" in n else ""))
+        if "ours_bf16_vs_fp32_rel_diff" in n:
+            print(f"bfloat16 on the {n['fp32_layers']}-layer cut, relative to HF's float32 logits: HF "
+                  f"{n['hf_bf16_vs_fp32_rel_diff']:.2e}, toolkit {n['ours_bf16_vs_fp32_rel_diff']:.2e}, "
+                  f"toolkit vs HF {n['ours_bf16_vs_hf_bf16_rel_diff']:.2e}")
 
 
 def main(argv=None) -> int:
@@ -413,6 +431,8 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--check-len", type=int, default=32, help="tokens of the numerics checks' sequence")
     parser.add_argument("--fp32-layers", type=int, default=2, help="layers of the float32 cut (0: none)")
+    parser.add_argument("--fp32-only", action="store_true",
+                        help="only the float32 cut's checks (stage 7), for weights already measured")
     parser.add_argument("--export", default=None, help="where the pruned checkpoint goes (default <dir>-pruned)")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
@@ -425,12 +445,12 @@ def main(argv=None) -> int:
         make_weights(args, directory)
     weights = weight_bytes(directory)
     stages = Stages(weights)
-    figures = pipeline(args, stages, directory)
+    figures = {} if args.fp32_only else pipeline(args, stages, directory)
     if args.fp32_layers:
         figures["numerics_fp32"] = stages.run("fp32", lambda: fp32_cut(args, directory))
     stages.memory.stop.set()
     table(stages, weights, figures)
-    peak = max(r["peak_rss"] for name, r in stages.rows.items() if name != "fp32")
+    peak = max((r["peak_rss"] for name, r in stages.rows.items() if name != "fp32"), default=0)
     print(json.dumps({**library_versions(), "shape": args.shape, "dir": str(directory), "dtype": args.dtype,
                       "threads": torch.get_num_threads(), "weight_bytes": weights, "stages": stages.rows,
                       "peak_rss": peak, "peak_ratio": round(peak / weights, 3),
